@@ -1,0 +1,93 @@
+// Shared device helpers for symmcomm's kernels. Every kernel entry point is
+// extern "C" so the host resolves it by name with cuModuleGetFunction.
+#pragma once
+#include <stdint.h>
+
+#define SYMM_KERNEL extern "C" __global__
+
+// Global thread index and grid-wide stride, 64-bit so counts past 2^32 work.
+__device__ __forceinline__ uint64_t symm_thread_index() {
+  return (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ uint64_t symm_grid_stride() {
+  return (uint64_t)gridDim.x * blockDim.x;
+}
+
+// ---- System-scope atomics: every flag that publishes data to another GPU
+// uses release on the writer and acquire on the reader.
+__device__ __forceinline__ uint32_t symm_cas_release_sys(uint32_t* p, uint32_t cmp, uint32_t val) {
+  uint32_t old;
+  asm volatile("atom.release.sys.global.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(p), "r"(cmp), "r"(val) : "memory");
+  return old;
+}
+__device__ __forceinline__ uint32_t symm_cas_acquire_sys(uint32_t* p, uint32_t cmp, uint32_t val) {
+  uint32_t old;
+  asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(p), "r"(cmp), "r"(val) : "memory");
+  return old;
+}
+__device__ __forceinline__ uint32_t symm_ld_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void symm_st_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t symm_ld_volatile(const volatile uint32_t* p) { return *p; }
+
+__device__ __forceinline__ uint64_t symm_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Wrap-safe "a is at or after b" for 32-bit epochs/sequence numbers.
+__device__ __forceinline__ bool symm_seq_geq(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+#include "abi.cuh"
+
+// A bounded spin-wait. Call give_up() once per loop iteration: it is a
+// counter increment except every 1024th call, which reads %globaltimer and
+// the host-visible status (abort flag, an error recorded by another wait).
+// On timeout or abort it records the error once and tells the caller to
+// return; kernels never trap, so the context stays usable.
+struct SymmSpin {
+  const SymmWaitCtx& ctx;
+  uint64_t start;
+  uint32_t iters;
+  uint32_t peer;
+  uint32_t detail;
+
+  __device__ SymmSpin(const SymmWaitCtx& c, uint32_t peer_, uint32_t detail_)
+      : ctx(c), start(0), iters(0), peer(peer_), detail(detail_) {}
+
+  __device__ bool give_up() {
+    if ((++iters & 1023u) != 0) return false;
+    const uint64_t now = symm_globaltimer();
+    if (start == 0) start = now;
+    volatile SymmStatus* s = ctx.status;
+    if (s->abort) {
+      record(SYMM_DEV_ABORTED, now);
+      return true;
+    }
+    if (s->error) return true;  // another wait already gave up: the communicator is broken
+    if (now - start > ctx.timeout_ns) {
+      record(SYMM_DEV_TIMEOUT, now);
+      return true;
+    }
+    return false;
+  }
+
+  __device__ void record(uint32_t kind, uint64_t now) {
+    if (atomicCAS(ctx.error_guard, 0u, 1u) != 0u) return;
+    volatile SymmStatus* s = ctx.status;
+    s->rank = ctx.rank;
+    s->op = ctx.op;
+    s->peer = peer;
+    s->detail = detail;
+    s->waited_ns = now - start;
+    __threadfence_system();
+    s->error = kind;
+    __threadfence_system();
+  }
+};

@@ -1,0 +1,512 @@
+//! Communicator lifecycle: creation (one rank per process, or every local
+//! GPU from one process), the checks that make a group usable, and teardown.
+
+use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::bootstrap::local::LocalGroup;
+use crate::bootstrap::{Bootstrap, BootstrapConfig, Transport, UniqueId};
+use crate::config;
+use crate::cuda::abi::{self, FlagArgs, OpId, Status, WaitCtx, MAX_RANKS};
+use crate::cuda::buffer::{DeviceBuffer, HostMapped};
+use crate::cuda::cu;
+use crate::cuda::device::{self, Device};
+use crate::error::{bail, err, symmResult_t, Error, Result};
+use crate::memory::pad::{self, SignalPads};
+use crate::memory::{symmetric, CommMemory, SymmSpace};
+
+/// What every rank tells the others at init.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Same value on every process of one host (hostname + boot id).
+    pub host_hash: u64,
+    pub pid: u32,
+    /// CUDA ordinal in the rank's own process (-1 if its set-up failed).
+    pub device: i32,
+    /// PCI bus id of the rank's GPU ("" if its set-up failed).
+    pub pci_bus_id: String,
+    /// The rank's local set-up outcome: `symmSuccess` or its error.
+    pub status: symmResult_t,
+    pub status_msg: String,
+}
+
+/// A communicator: one rank's view of a group of GPUs on one node.
+///
+/// Field order is drop order: memory is unmapped (with the device idle, see
+/// `Drop`) before the link to the peers and the device go.
+pub struct Comm {
+    pub mem: CommMemory,
+    pub pads: SignalPads,
+    /// Device-visible status: abort flag in, first device error out.
+    status: HostMapped,
+    status_dev: u64,
+    pub timeout_ns: u64,
+    pub link: Transport,
+    pub rank: usize,
+    pub nranks: usize,
+    pub peers: Vec<PeerInfo>,
+    /// GPUs of ranks living in this process, kept open for peer access.
+    _local_peers: Vec<Arc<Device>>,
+    pub device: Arc<Device>,
+    last_error: Mutex<CString>,
+    aborted: AtomicBool,
+}
+
+/// The parts made before the collective set-up of device state.
+struct Parts {
+    rank: usize,
+    peers: Vec<PeerInfo>,
+    device: Arc<Device>,
+    link: Transport,
+    mem: CommMemory,
+    local_peers: Vec<Arc<Device>>,
+}
+
+impl Comm {
+    /// `symmCommInitRank`: join the group named by `id` as `rank` of `nranks`,
+    /// on the calling thread's current CUDA device.
+    ///
+    /// The rendezvous runs before CUDA is touched, so argument problems
+    /// (duplicate rank, mismatched nranks, ...) reach every rank even where a
+    /// rank has no GPU; each rank's CUDA outcome is then shared, so either
+    /// every rank succeeds or every rank fails.
+    pub fn init_rank(nranks: i32, id: &UniqueId, rank: i32) -> Result<Arc<Comm>> {
+        let boot = Bootstrap::connect(id, nranks, rank, &BootstrapConfig::from_env())?;
+        let rank = boot.rank();
+        if boot.nranks() > MAX_RANKS {
+            // Everyone computes the same verdict from the same nranks.
+            bail!(symmNotSupported, "nranks {} exceeds the {MAX_RANKS} GPUs symmcomm supports in one group", boot.nranks());
+        }
+        let local = Device::current_ordinal().and_then(Device::open);
+        let me = PeerInfo::local(local.as_ref());
+        let peers = exchange(&boot, &me)?;
+        let device = agree_on_status(&peers, rank, local)?;
+        check_group(&peers)?;
+        // Local steps that can fail on one rank alone; share the verdicts so
+        // that all ranks fail together.
+        let local_setup = check_my_pairs(&peers, rank, &device).and_then(|_| {
+            let local_peers = open_same_process_peers(&peers, rank, &device)?;
+            let space = SymmSpace::reserve(peers.len(), std::slice::from_ref(&device))?;
+            Ok((local_peers, space))
+        });
+        let verdicts = boot.allgather(&encode_status(local_setup.as_ref().err().cloned()))?;
+        for (r, v) in verdicts.iter().enumerate() {
+            if let Some(e) = decode_status(v)? {
+                return Err(if r == rank { e } else { e.context(format!("rank {r} reported")) });
+            }
+        }
+        let (local_peers, space) = local_setup?;
+        let mem = CommMemory::new(space, rank, device.clone(), vec![device.handle]);
+        let link = Transport::Sockets(Box::new(boot));
+        let comm = Comm::finish(Parts { rank, peers, device, link, mem, local_peers })?;
+        log::info!(
+            target: "symmcomm::init",
+            "rank {rank}/{} ready on device {} ({}), bus {}",
+            comm.nranks, comm.device.ordinal, comm.device.name, comm.device.pci_bus_id
+        );
+        Ok(Arc::new(comm))
+    }
+
+    /// `symmCommInitAll`: one communicator per listed device, all in this
+    /// process; rank i uses `devices[i]`.
+    pub fn init_all(devices: &[i32]) -> Result<Vec<Arc<Comm>>> {
+        if devices.is_empty() {
+            bail!(symmInvalidArgument, "ndev must be at least 1");
+        }
+        if devices.len() > MAX_RANKS {
+            bail!(symmNotSupported, "ndev {} exceeds the {MAX_RANKS} GPUs symmcomm supports in one group", devices.len());
+        }
+        if !config::get().test_shared_devices {
+            for (i, d) in devices.iter().enumerate() {
+                if let Some(j) = devices[..i].iter().position(|x| x == d) {
+                    bail!(symmInvalidArgument, "devlist[{j}] and devlist[{i}] are both device {d}; each rank needs its own GPU");
+                }
+            }
+        }
+        let opened: Vec<Arc<Device>> = devices.iter().map(|&d| Device::open(d)).collect::<Result<_>>()?;
+        for (i, a) in opened.iter().enumerate() {
+            for b in &opened[i + 1..] {
+                device::check_peer_pair(a.handle, b.handle).map_err(|e| pair_error(e, a, b))?;
+                device::enable_peer_access(a, b)?;
+                device::enable_peer_access(b, a)?;
+            }
+        }
+        let host_hash = host_hash();
+        let peers: Vec<PeerInfo> = opened.iter().map(|d| PeerInfo { host_hash, ..PeerInfo::local(Ok(d)) }).collect();
+        let space = SymmSpace::reserve(opened.len(), &opened)?;
+        let group = LocalGroup::new(opened.len(), config::get().bootstrap_timeout);
+        let access: Vec<_> = opened.iter().map(|d| d.handle).collect();
+        let parts: Vec<Parts> = opened
+            .iter()
+            .enumerate()
+            .map(|(rank, dev)| Parts {
+                rank,
+                peers: peers.clone(),
+                device: dev.clone(),
+                link: Transport::InProcess(group.member(rank)),
+                mem: CommMemory::new(space.clone(), rank, dev.clone(), access.clone()),
+                local_peers: opened.clone(),
+            })
+            .collect();
+        // The device-state set-up is collective: one thread per rank.
+        let results: Vec<Result<Comm>> = std::thread::scope(|s| {
+            let handles: Vec<_> = parts.into_iter().map(|p| s.spawn(move || Comm::finish(p))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(err!(symmInternalError, "init thread panicked")))).collect()
+        });
+        let comms = results.into_iter().map(|r| r.map(Arc::new)).collect::<Result<Vec<_>>>()?;
+        log::info!(target: "symmcomm::init", "InitAll: {} ranks on devices {devices:?}", devices.len());
+        Ok(comms)
+    }
+
+    /// Collective: allocate the signal pad and the status word, then
+    /// assemble the communicator.
+    fn finish(p: Parts) -> Result<Comm> {
+        let nranks = p.peers.len();
+        let pad_addr = symmetric::alloc(&p.mem, &p.link, pad::PAD_BYTES, true)?;
+        let offset = pad_addr - p.mem.space.slot(p.rank);
+        let mut pads = [0u64; MAX_RANKS];
+        for (r, slot) in pads.iter_mut().enumerate().take(nranks) {
+            *slot = p.mem.space.slot(r) + offset;
+        }
+        let user: Vec<u64> = pads[..nranks].iter().map(|a| a + pad::USER_OFFSET as u64).collect();
+        let user_table = DeviceBuffer::zeroed(&p.device, 8 * nranks)?;
+        user_table.write(&user)?;
+        let status = HostMapped::zeroed(&p.device, std::mem::size_of::<Status>())?;
+        let status_dev = status.device_ptr()?;
+        Ok(Comm {
+            mem: p.mem,
+            pads: SignalPads { pads, user_table },
+            status,
+            status_dev,
+            timeout_ns: config::get().timeout.as_nanos().min(u64::MAX as u128) as u64,
+            link: p.link,
+            rank: p.rank,
+            nranks,
+            peers: p.peers,
+            _local_peers: p.local_peers,
+            device: p.device,
+            last_error: Mutex::new(CString::default()),
+            aborted: AtomicBool::new(false),
+        })
+    }
+
+    pub fn set_last_error(&self, msg: CString) {
+        *self.last_error.lock() = msg;
+    }
+
+    /// Valid until the next error is recorded on this communicator.
+    pub fn last_error_ptr(&self) -> *const c_char {
+        self.last_error.lock().as_ptr()
+    }
+
+    fn status(&self) -> Status {
+        // SAFETY: the status block is live pinned memory that kernels write;
+        // volatile reads see their stores.
+        unsafe { std::ptr::read_volatile(self.status.host_ptr().cast::<Status>()) }
+    }
+
+    /// `symmCommGetAsyncError`: an error a kernel recorded (timeout, abort),
+    /// as a code plus a message; success when there is none.
+    pub fn async_error(&self) -> std::result::Result<(), Error> {
+        let s = self.status();
+        if s.error == abi::DEV_OK {
+            return Ok(());
+        }
+        let op = OpId::from_raw(s.op).unwrap_or(OpId::None).name();
+        let waited = s.waited_ns as f64 / 1e9;
+        Err(match s.error {
+            abi::DEV_TIMEOUT => err!(
+                symmTimeout,
+                "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s);                  the communicator is unusable, abort it",
+                s.rank, s.peer, self.timeout_ns as f64 / 1e9
+            ),
+            abi::DEV_ABORTED => err!(symmRemoteError, "rank {}: {op} stopped because the communicator was aborted", s.rank),
+            k => err!(symmInternalError, "unknown device error kind {k}"),
+        })
+    }
+
+    /// How kernels of operation `op` bound their waits.
+    pub fn wait_ctx(&self, op: OpId) -> WaitCtx {
+        WaitCtx {
+            status: self.status_dev,
+            error_guard: self.pads.local(self.rank, pad::ERROR_GUARD_OFFSET),
+            timeout_ns: self.timeout_ns,
+            rank: self.rank as u32,
+            op: op as u32,
+        }
+    }
+
+    /// Flag-exchange arguments over the pad row at `offset` of every rank.
+    pub fn flag_args(&self, op: OpId, offset: usize, peer: usize) -> FlagArgs {
+        let mut remote = [0u64; MAX_RANKS];
+        for (r, slot) in remote.iter_mut().enumerate().take(self.nranks) {
+            *slot = self.pads.local(r, offset);
+        }
+        FlagArgs {
+            wait: self.wait_ctx(op),
+            local: self.pads.local(self.rank, offset),
+            remote,
+            nranks: self.nranks as u32,
+            peer: peer as u32,
+        }
+    }
+
+    /// `symmCommAbort`: make waiting kernels and host calls give up; the
+    /// caller then drops the communicator.
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+        // SAFETY: live pinned memory; kernels poll this word.
+        unsafe { std::ptr::write_volatile(self.status.host_ptr().cast::<u32>(), 1) };
+        self.link.abort();
+        log::info!(target: "symmcomm::init", "rank {} aborted", self.rank);
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // Nothing may still run on memory about to be unmapped. Waiting
+        // kernels are bounded (SYMM_TIMEOUT) and leave at once after abort.
+        if let Ok(_cur) = self.device.make_current() {
+            if let Err(e) = cu!(cuCtxSynchronize()) {
+                log::warn!(target: "symmcomm::init", "synchronising device {} before teardown: {e}", self.device.ordinal);
+            }
+            self.mem.release_all();
+        }
+        log::info!(target: "symmcomm::init", "rank {}/{} destroyed", self.rank, self.nranks);
+    }
+}
+
+/// Open the GPUs of other ranks that live in this process (threads calling
+/// symmCommInitRank) and enable peer access to them, so their cudaMalloc
+/// buffers can be registered without IPC (which refuses same-process use).
+fn open_same_process_peers(peers: &[PeerInfo], rank: usize, dev: &Arc<Device>) -> Result<Vec<Arc<Device>>> {
+    let mut out = Vec::new();
+    for (r, p) in peers.iter().enumerate() {
+        if r == rank || p.pid != peers[rank].pid || p.pci_bus_id == dev.pci_bus_id {
+            continue;
+        }
+        if let Some(ord) = device::ordinal_by_pci_bus_id(&p.pci_bus_id)? {
+            let other = Device::open(ord)?;
+            device::enable_peer_access(dev, &other)?;
+            out.push(other);
+        }
+    }
+    Ok(out)
+}
+
+impl PeerInfo {
+    fn local(device: std::result::Result<&Arc<Device>, &Error>) -> PeerInfo {
+        let (dev, bus, status, msg) = match device {
+            Ok(d) => (d.ordinal, d.pci_bus_id.clone(), symmResult_t::symmSuccess, String::new()),
+            Err(e) => (-1, String::new(), e.code, e.msg.clone()),
+        };
+        PeerInfo { host_hash: host_hash(), pid: std::process::id(), device: dev, pci_bus_id: bus, status, status_msg: msg }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&self.host_hash.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.device.to_le_bytes());
+        b.extend_from_slice(&(self.status as i32).to_le_bytes());
+        put_str(&mut b, &self.pci_bus_id);
+        put_str(&mut b, &self.status_msg);
+        b
+    }
+
+    fn decode(b: &[u8]) -> Result<PeerInfo> {
+        let mut r = Reader(b);
+        let host_hash = u64::from_le_bytes(r.take()?);
+        let pid = u32::from_le_bytes(r.take()?);
+        let device = i32::from_le_bytes(r.take()?);
+        let status = symmResult_t::from_raw(i32::from_le_bytes(r.take()?))
+            .ok_or_else(|| err!(symmInternalError, "bad status in peer info"))?;
+        let pci_bus_id = r.string()?;
+        let status_msg = r.string()?;
+        Ok(PeerInfo { host_hash, pid, device, pci_bus_id, status, status_msg })
+    }
+}
+
+/// All-gather every rank's `PeerInfo`.
+fn exchange(boot: &Bootstrap, me: &PeerInfo) -> Result<Vec<PeerInfo>> {
+    boot.allgather(&me.encode())?.iter().map(|b| PeerInfo::decode(b)).collect()
+}
+
+/// Fail on every rank if any rank's local set-up failed: this rank's own
+/// error first, else a remote error naming the first rank that failed.
+fn agree_on_status(peers: &[PeerInfo], rank: usize, local: Result<Arc<Device>>) -> Result<Arc<Device>> {
+    let device = local?;
+    if let Some((r, p)) = peers.iter().enumerate().find(|(_, p)| p.status != symmResult_t::symmSuccess) {
+        bail!(symmRemoteError, "rank {r} (pid {}) failed to set up its GPU ({:?}): {}", p.pid, p.status, p.status_msg);
+    }
+    debug_assert_eq!(peers[rank].device, device.ordinal);
+    Ok(device)
+}
+
+/// Group-wide rules every rank evaluates identically from the same table.
+fn check_group(peers: &[PeerInfo]) -> Result<()> {
+    for (r, p) in peers.iter().enumerate() {
+        if p.host_hash != peers[0].host_hash {
+            bail!(symmNotSupported, "rank {r} is on another host than rank 0; symmcomm only connects GPUs of one node");
+        }
+        if config::get().test_shared_devices {
+            continue;
+        }
+        if let Some(q) = peers[..r].iter().position(|q| q.pci_bus_id == p.pci_bus_id) {
+            bail!(
+                symmInvalidUsage,
+                "ranks {q} and {r} both use the GPU at PCI {} (device {} in pid {}); each rank needs its own GPU",
+                p.pci_bus_id, p.device, p.pid
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Peer access and native atomics between this rank's GPU and every other.
+fn check_my_pairs(peers: &[PeerInfo], rank: usize, dev: &Device) -> Result<()> {
+    for (r, p) in peers.iter().enumerate() {
+        if r == rank || p.pci_bus_id == dev.pci_bus_id {
+            continue;
+        }
+        match device::ordinal_by_pci_bus_id(&p.pci_bus_id)? {
+            Some(theirs) => device::check_peer_pair(dev.handle, theirs).map_err(|e| {
+                e.context(format!(
+                    "rank {rank} (device {}, PCI {}) and rank {r} (PCI {})",
+                    dev.ordinal, dev.pci_bus_id, p.pci_bus_id
+                ))
+            })?,
+            None => log::warn!(
+                target: "symmcomm::init",
+                "rank {r}'s GPU (PCI {}) is not visible to rank {rank}'s process (CUDA_VISIBLE_DEVICES?); \
+                 peer access to it cannot be verified in advance",
+                p.pci_bus_id
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn pair_error(e: Error, a: &Device, b: &Device) -> Error {
+    e.context(format!("devices {} (PCI {}) and {} (PCI {})", a.ordinal, a.pci_bus_id, b.ordinal, b.pci_bus_id))
+}
+
+fn encode_status(e: Option<Error>) -> Vec<u8> {
+    match e {
+        None => vec![],
+        Some(e) => {
+            let mut b = (e.code as i32).to_le_bytes().to_vec();
+            put_str(&mut b, &e.msg);
+            b
+        }
+    }
+}
+
+fn decode_status(b: &[u8]) -> Result<Option<Error>> {
+    if b.is_empty() {
+        return Ok(None);
+    }
+    let mut r = Reader(b);
+    let code = symmResult_t::from_raw(i32::from_le_bytes(r.take()?)).unwrap_or(symmResult_t::symmInternalError);
+    Ok(Some(Error::new(code, r.string()?)))
+}
+
+/// Same on every process of one host: hostname plus the kernel's boot id.
+pub fn host_hash() -> u64 {
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer is valid for its length.
+    unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    let boot_id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    fnv1a(name.iter().copied().take_while(|&c| c != 0).chain(boot_id))
+}
+
+fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// Minimal reader for the little-endian records above.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        if self.0.len() < N {
+            bail!(symmInternalError, "truncated peer record");
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("split_at gave N bytes"))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let n = u32::from_le_bytes(self.take()?) as usize;
+        if self.0.len() < n {
+            bail!(symmInternalError, "truncated peer record");
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(String::from_utf8_lossy(head).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_info_round_trip() {
+        let p = PeerInfo {
+            host_hash: 42,
+            pid: 7,
+            device: 1,
+            pci_bus_id: "0000:18:00.0".into(),
+            status: symmResult_t::symmUnhandledCudaError,
+            status_msg: "no driver".into(),
+        };
+        assert_eq!(PeerInfo::decode(&p.encode()).unwrap(), p);
+        assert!(PeerInfo::decode(&p.encode()[..10]).is_err());
+    }
+
+    #[test]
+    fn status_round_trip() {
+        assert_eq!(decode_status(&encode_status(None)).unwrap(), None);
+        let e = Error::new(symmResult_t::symmNotSupported, "no atomics");
+        assert_eq!(decode_status(&encode_status(Some(e.clone()))).unwrap(), Some(e));
+    }
+
+    #[test]
+    fn group_rules() {
+        let p = |bus: &str, host| PeerInfo {
+            host_hash: host,
+            pid: 1,
+            device: 0,
+            pci_bus_id: bus.into(),
+            status: symmResult_t::symmSuccess,
+            status_msg: String::new(),
+        };
+        assert!(check_group(&[p("a", 1), p("b", 1)]).is_ok());
+        let e = check_group(&[p("a", 1), p("b", 2)]).unwrap_err();
+        assert_eq!(e.code, symmResult_t::symmNotSupported);
+        if !config::get().test_shared_devices {
+            let e = check_group(&[p("a", 1), p("a", 1)]).unwrap_err();
+            assert_eq!(e.code, symmResult_t::symmInvalidUsage);
+            assert!(e.msg.contains("ranks 0 and 1"), "{}", e.msg);
+        }
+    }
+
+    #[test]
+    fn host_hash_is_stable() {
+        assert_eq!(host_hash(), host_hash());
+    }
+}

@@ -1,0 +1,89 @@
+//! Every `SYMM_*` environment variable, read once per process through one helper.
+//!
+//! Values are cached on first use, like NCCL's params: later `setenv` calls
+//! have no effect. Internal code that needs other values (tests, InitAll
+//! groups) passes explicit settings instead of mutating the environment.
+
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The prefix of every variable symmcomm reads.
+pub const PREFIX: &str = "SYMM_";
+
+/// Process-wide settings, from the environment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `SYMM_DEBUG`: WARN (default), INFO, TRACE, or NONE/OFF.
+    pub debug: String,
+    /// `SYMM_DEBUG_SUBSYS`: comma list of INIT, BOOTSTRAP, CUDA, MEM, COLL or
+    /// ALL (default); a leading `^` excludes the listed ones instead.
+    pub debug_subsys: String,
+    /// `SYMM_BOOTSTRAP_ADDR`: `ip` or `ip:port` the unique-id root listens on
+    /// (default 127.0.0.1, any free port).
+    pub bootstrap_addr: Option<String>,
+    /// `SYMM_BOOTSTRAP_TIMEOUT` in seconds (default 60): longest wait for the
+    /// other ranks in any host-side rendezvous.
+    pub bootstrap_timeout: Duration,
+    /// `SYMM_TIMEOUT` in seconds (default 120): longest a kernel spins
+    /// waiting for a peer before it records a timeout and exits.
+    pub timeout: Duration,
+    /// `SYMM_TEST_SHARED_DEVICES=1`: TEST ONLY. Lets several ranks of one
+    /// communicator use the same GPU so that N-rank code paths can run on
+    /// fewer GPUs. Never set it in production.
+    pub test_shared_devices: bool,
+    /// Variables that were set but unusable; logged once the logger is up.
+    pub warnings: Vec<String>,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The settings, read from the environment on first call.
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let mut w = Vec::new();
+        Config {
+            debug: param(&mut w, "DEBUG", "WARN".to_string()),
+            debug_subsys: param(&mut w, "DEBUG_SUBSYS", "ALL".to_string()),
+            bootstrap_addr: param_opt(&mut w, "BOOTSTRAP_ADDR"),
+            bootstrap_timeout: secs(param_in_range(&mut w, "BOOTSTRAP_TIMEOUT", 60.0, 0.1, 86_400.0)),
+            timeout: secs(param_in_range(&mut w, "TIMEOUT", 120.0, 0.001, 86_400.0)),
+            test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
+            warnings: w,
+        }
+    })
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Read `SYMM_<name>`, falling back to `default` when unset or unparsable.
+/// The one place that touches the environment.
+/// Bad values are noted in `warn` (the logger is not up yet when this runs).
+fn param<T: FromStr + std::fmt::Debug>(warn: &mut Vec<String>, name: &str, default: T) -> T {
+    param_opt(warn, name).unwrap_or(default)
+}
+
+fn param_opt<T: FromStr>(warn: &mut Vec<String>, name: &str) -> Option<T> {
+    let raw = std::env::var(format!("{PREFIX}{name}")).ok()?;
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return None;
+    }
+    let parsed = raw.parse().ok();
+    if parsed.is_none() {
+        warn.push(format!("{PREFIX}{name}={raw:?} is not valid; using the default"));
+    }
+    parsed
+}
+
+fn param_in_range(warn: &mut Vec<String>, name: &str, default: f64, lo: f64, hi: f64) -> f64 {
+    let v = param(warn, name, default);
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        v
+    } else {
+        warn.push(format!("{PREFIX}{name}={v} is outside [{lo}, {hi}]; using {default}"));
+        default
+    }
+}

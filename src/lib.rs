@@ -1,0 +1,27 @@
+//! symmcomm: an NCCL-style communicator built on CUDA symmetric memory.
+//!
+//! Map of the crate (each folder does one job):
+//! - [`ffi`]: the C boundary only. Every exported `symm*` function lives
+//!   there, one file per API group, and goes through one boundary helper.
+//! - [`comm`]: communicator lifecycle (init, destroy, abort, queries).
+//! - [`bootstrap`]: host-side rendezvous, byte-blob collectives among ranks,
+//!   and file-descriptor passing between local processes.
+//! - [`cuda`]: driver-API wrappers (error mapping, contexts, module loading,
+//!   kernel launch). Nothing else calls the CUDA driver directly.
+//! - [`config`]: every `SYMM_*` environment variable, read once.
+//! - [`debug`]: `SYMM_DEBUG` / `SYMM_DEBUG_SUBSYS` logging set-up.
+//! - [`error`]: the result codes and the crate's error type.
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+
+pub mod error;
+pub mod config;
+pub mod debug;
+pub mod bootstrap;
+pub mod cuda;
+pub mod comm;
+pub mod memory;
+pub mod group;
+pub mod prims;
+pub mod ffi;
+
+pub use error::{symmResult_t, Error, Result};

@@ -1,0 +1,42 @@
+//! Signal pads: a zero-initialised symmetric allocation per communicator for
+//! flags and epochs. Kernels advance every word in it, never the host, so
+//! replaying a captured graph stays correct. The pad belongs to one
+//! communicator, so two communicators on the same GPUs never share a slot.
+//!
+//! Layout (bytes):
+//! - `[0, 1 MiB)`: the library's own flags (barrier row, error guard,
+//!   point-to-point signal channels, collective flags);
+//! - `[1 MiB, 2 MiB)`: the user area, handed out by symmCommGetSignalPad.
+
+use crate::cuda::abi::MAX_RANKS;
+
+pub(crate) const PAD_BYTES: usize = 2 << 20;
+pub(crate) const USER_OFFSET: usize = 1 << 20;
+pub(crate) const USER_BYTES: usize = PAD_BYTES - USER_OFFSET;
+
+/// symmBarrier's row: word p is set by rank p.
+pub(crate) const BARRIER_OFFSET: usize = 0;
+/// One word of the local pad: the first device-side error claims it.
+pub(crate) const ERROR_GUARD_OFFSET: usize = 256;
+/// symmPutSignal/symmWaitSignal: channel c's row at SIGNALS_OFFSET + c * ROW.
+pub(crate) const SIGNALS_OFFSET: usize = 4096;
+pub(crate) const SIGNAL_CHANNELS: usize = 1024;
+/// A row of one word per rank.
+pub(crate) const ROW_BYTES: usize = 4 * MAX_RANKS;
+/// Collectives' flags start here.
+pub(crate) const COLL_OFFSET: usize = 64 << 10;
+
+const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
+const _: () = assert!(COLL_OFFSET < USER_OFFSET);
+
+/// Rank r's pad address for each r, plus the device table of user areas.
+pub struct SignalPads {
+    pub pads: [u64; MAX_RANKS],
+    pub user_table: crate::cuda::buffer::DeviceBuffer,
+}
+
+impl SignalPads {
+    pub fn local(&self, rank: usize, offset: usize) -> u64 {
+        self.pads[rank] + offset as u64
+    }
+}
