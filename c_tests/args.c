@@ -115,6 +115,20 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmCommDeregister(bad, FAKE_PTR), want, NULL, "symmCommDeregister", kw);
   EXPECT(symmCommGetSignalPad(bad, 0, &ptr, &out_size), want, NULL, "symmCommGetSignalPad", kw);
   EXPECT(symmCommGetSignalPadTable(bad, &table), want, NULL, "symmCommGetSignalPadTable", kw);
+  /* Collectives check the communicator first, even for count 0. */
+  EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, 4, symmFloat32, symmSum, bad, NULL), want, NULL, "symmAllReduce", kw);
+  EXPECT(symmAllReduce(NULL, NULL, 0, symmFloat32, symmSum, bad, NULL), want, NULL, "symmAllReduce", kw);
+  EXPECT(symmAllGather(FAKE_PTR, FAKE_PTR, 4, symmInt8, bad, NULL), want, NULL, "symmAllGather", kw);
+  EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, symmInt8, (uint32_t *)FAKE_PTR, 1, bad, NULL), want, NULL,
+         "symmAllGatherWithProgress", kw);
+  EXPECT(symmReduceScatter(FAKE_PTR, FAKE_PTR, 4, symmBfloat16, symmMax, bad, NULL), want, NULL,
+         "symmReduceScatter", kw);
+  EXPECT(symmBroadcast(FAKE_PTR, FAKE_PTR, 4, symmUint64, 0, bad, NULL), want, NULL, "symmBroadcast", kw);
+  EXPECT(symmReduce(FAKE_PTR, FAKE_PTR, 4, symmFloat16, symmProd, 0, bad, NULL), want, NULL, "symmReduce", kw);
+  EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, 4, symmInt32, bad, NULL), want, NULL, "symmAllToAll", kw);
+  EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
+  EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
+  EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");
@@ -297,6 +311,41 @@ static void live_checks(symmComm_t a, symmComm_t b) {
   EXPECT(symmCommGetSignalPad(a, 1, &ptr, &out_size), symmInvalidArgument, a, "symmCommGetSignalPad", "peer 1");
   EXPECT(symmCommGetSignalPad(a, -1, &ptr, &out_size), symmInvalidArgument, a, "symmCommGetSignalPad", "peer -1");
   EXPECT(symmCommGetSignalPadTable(a, NULL), symmInvalidArgument, a, "symmCommGetSignalPadTable", "tableDev");
+
+  /* Collectives: nothing is enqueued on a bad argument. */
+  float *host_buf = (float *)host_words;
+  CHECK(symmAllReduce(NULL, NULL, 0, symmFloat32, symmSum, a, NULL) == symmSuccess, "count 0 should be a no-op");
+  CHECK(symmSend(NULL, 0, symmInt8, 0, a, NULL) == symmSuccess, "count 0 send should be a no-op");
+  EXPECT(symmAllReduce(NULL, FAKE_PTR, 4, symmFloat32, symmSum, a, NULL), symmInvalidArgument, a, "symmAllReduce",
+         "sendbuff");
+  EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, 4, (symmDataType_t)99, symmSum, a, NULL), symmInvalidArgument, a,
+         "symmAllReduce", "datatype 99");
+  EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, 4, (symmDataType_t)-1, symmSum, a, NULL), symmInvalidArgument, a,
+         "symmAllReduce", "datatype");
+  EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, 4, symmFloat32, (symmRedOp_t)5, a, NULL), symmInvalidArgument, a,
+         "symmAllReduce", "op 5");
+  EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, SIZE_MAX / 2, symmFloat32, symmSum, a, NULL), symmInvalidArgument, a,
+         "symmAllReduce", "overflow");
+  EXPECT(symmAllReduce(host_buf, FAKE_PTR, 4, symmFloat32, symmSum, a, NULL), symmInvalidArgument, a,
+         "symmAllReduce", "sendbuff");
+  EXPECT(symmAllGather(NULL, FAKE_PTR, 4, symmInt8, a, NULL), symmInvalidArgument, a, "symmAllGather", "sendbuff");
+  EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, (symmDataType_t)12, NULL, 1, a, NULL), symmInvalidArgument,
+         a, "symmAllGatherWithProgress", "datatype");
+  EXPECT(symmReduceScatter(FAKE_PTR, FAKE_PTR, 4, symmBfloat16, (symmRedOp_t)-1, a, NULL), symmInvalidArgument, a,
+         "symmReduceScatter", "op");
+  EXPECT(symmBroadcast(FAKE_PTR, FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmBroadcast",
+         "root 1");
+  EXPECT(symmBroadcast(FAKE_PTR, FAKE_PTR, 4, symmInt8, -1, a, NULL), symmInvalidArgument, a, "symmBroadcast",
+         "root -1");
+  EXPECT(symmReduce(FAKE_PTR, FAKE_PTR, 4, symmInt8, symmMin, 7, a, NULL), symmInvalidArgument, a, "symmReduce",
+         "root 7");
+  EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, SIZE_MAX / 3, symmInt8, a, NULL), symmInvalidArgument, a, "symmAllToAll",
+         "overflow");
+  EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
+  EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");
+  EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");
+  EXPECT(symmCommSetCopyEngine(a, 2), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
+  EXPECT(symmCommSetCopyEngine(a, -1), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
 
   CHECK(ptr == SENTINEL_PTR && table == (void **)SENTINEL_PTR, "a failed call wrote a pointer output");
   CHECK(out_size == (size_t)SENTINEL_INT && out == SENTINEL_INT, "a failed call wrote a size/int output");

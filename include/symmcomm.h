@@ -22,6 +22,12 @@ struct CUstream_st;
  */
 #define SYMM_NUM_RESULTS 10
 
+#define FAMILY_ALLREDUCE 0
+
+#define FAMILY_REDUCE_SCATTER 1
+
+#define FAMILY_REDUCE 2
+
 /**
  * Library version, equal to the crate version (checked at compile time).
  */
@@ -350,6 +356,67 @@ symmResult_t symmGroupStart(void);
  * also records its own message).
  */
 symmResult_t symmGroupEnd(void);
+
+/**
+ * recvbuff = op over ranks of sendbuff (count elements).
+ */
+symmResult_t symmAllReduce(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, symmRedOp_t op, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.
+ */
+symmResult_t symmAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * All-gather that also reports progress: `flags` is a device array of
+ * nranks * ceil(sendcount / chunkCount) words, zero before the call; once
+ * chunk c (chunkCount elements) of rank r's block is in recvbuff, flag
+ * r * ceil(sendcount / chunkCount) + c is set to 1 (release, system scope),
+ * so a kernel on another stream can consume chunks as they arrive.
+ */
+symmResult_t symmAllGatherWithProgress(const void *sendbuff, void *recvbuff, size_t sendcount, symmDataType_t datatype, uint32_t *flags, size_t chunkCount, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * recvbuff (recvcount elements) = op over ranks of block `rank` of sendbuff.
+ */
+symmResult_t symmReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, symmDataType_t datatype, symmRedOp_t op, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Every rank's recvbuff = root's sendbuff (sendbuff is only read on root).
+ */
+symmResult_t symmBroadcast(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, int root, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * root's recvbuff = op over ranks of sendbuff (recvbuff is only written on root).
+ */
+symmResult_t symmReduce(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, symmRedOp_t op, int root, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Equal-block all-to-all: block r (count elements) of recvbuff = block
+ * `rank` of rank r's sendbuff.
+ */
+symmResult_t symmAllToAll(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Send count elements to `peer`, matched in order with its symmRecv.
+ * Inside symmGroupStart/End, launched with the group's other sends and
+ * receives at symmGroupEnd.
+ */
+symmResult_t symmSend(const void *sendbuff, size_t count, symmDataType_t datatype, int peer, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Receive count elements from `peer` (the same count it sends).
+ */
+symmResult_t symmRecv(void *recvbuff, size_t count, symmDataType_t datatype, int peer, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Move all-gather and reduce-scatter data of this communicator with the
+ * copy engines (enable = 1) or with SM kernels (0, the default unless
+ * SYMM_COPY_ENGINE=1). The copy-engine path leaves the SMs to concurrent
+ * work: only its rank barriers (one warp) and reduce-scatter's final local
+ * reduction use them. Set it the same on every rank.
+ */
+symmResult_t symmCommSetCopyEngine(symmComm_t comm, int enable);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -80,6 +80,22 @@ struct SymmSpin {
 
   __device__ void record(uint32_t kind, uint64_t now) {
     if (atomicCAS(ctx.error_guard, 0u, 1u) != 0u) return;
+    write(kind, now);
+  }
+
+  // SYMM_CHECK found different collectives on this rank and `peer`.
+  __device__ void record_mismatch(const uint32_t mine[4], const uint32_t theirs[4]) {
+    if (atomicCAS(ctx.error_guard, 0u, 1u) != 0u) return;
+    volatile SymmStatus* s = ctx.status;
+    for (int k = 0; k < 4; ++k) {
+      s->mine[k] = mine[k];
+      s->theirs[k] = theirs[k];
+    }
+    start = symm_globaltimer();
+    write(SYMM_DEV_MISMATCH, start);
+  }
+
+  __device__ void write(uint32_t kind, uint64_t now) {
     volatile SymmStatus* s = ctx.status;
     s->rank = ctx.rank;
     s->op = ctx.op;

@@ -10,12 +10,13 @@ use parking_lot::Mutex;
 use crate::bootstrap::local::LocalGroup;
 use crate::bootstrap::{Bootstrap, BootstrapConfig, Transport, UniqueId};
 use crate::config;
-use crate::cuda::abi::{self, FlagArgs, OpId, Status, WaitCtx, MAX_RANKS};
+use crate::cuda::abi::{self, CollArgs, FlagArgs, OpId, P2PArgs, P2POp, Status, WaitCtx, MAX_RANKS, P2P_MAX_OPS};
 use crate::cuda::buffer::{DeviceBuffer, HostMapped};
 use crate::cuda::cu;
 use crate::cuda::device::{self, Device};
 use crate::error::{bail, err, symmResult_t, Error, Result};
 use crate::memory::pad::{self, SignalPads};
+use crate::coll::{Algo, CollState};
 use crate::memory::{symmetric, CommMemory, SymmSpace};
 
 /// What every rank tells the others at init.
@@ -28,6 +29,8 @@ pub struct PeerInfo {
     pub device: i32,
     /// PCI bus id of the rank's GPU ("" if its set-up failed).
     pub pci_bus_id: String,
+    /// Multiprocessors of the rank's GPU (0 if its set-up failed).
+    pub sm_count: u32,
     /// The rank's local set-up outcome: `symmSuccess` or its error.
     pub status: symmResult_t,
     pub status_msg: String,
@@ -40,6 +43,7 @@ pub struct PeerInfo {
 pub struct Comm {
     pub mem: CommMemory,
     pub pads: SignalPads,
+    pub coll: CollState,
     /// Device-visible status: abort flag in, first device error out.
     status: HostMapped,
     status_dev: u64,
@@ -174,11 +178,13 @@ impl Comm {
         let user: Vec<u64> = pads[..nranks].iter().map(|a| a + pad::USER_OFFSET as u64).collect();
         let user_table = DeviceBuffer::zeroed(&p.device, 8 * nranks)?;
         user_table.write(&user)?;
+        let coll = coll_state(&p)?;
         let status = HostMapped::zeroed(&p.device, std::mem::size_of::<Status>())?;
         let status_dev = status.device_ptr()?;
         Ok(Comm {
             mem: p.mem,
             pads: SignalPads { pads, user_table },
+            coll,
             status,
             status_dev,
             timeout_ns: config::get().timeout.as_nanos().min(u64::MAX as u128) as u64,
@@ -220,10 +226,11 @@ impl Comm {
         Err(match s.error {
             abi::DEV_TIMEOUT => err!(
                 symmTimeout,
-                "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s);                  the communicator is unusable, abort it",
+                "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s); the communicator is unusable, abort it",
                 s.rank, s.peer, self.timeout_ns as f64 / 1e9
             ),
             abi::DEV_ABORTED => err!(symmRemoteError, "rank {}: {op} stopped because the communicator was aborted", s.rank),
+            abi::DEV_MISMATCH => mismatch_error(&s),
             k => err!(symmInternalError, "unknown device error kind {k}"),
         })
     }
@@ -236,6 +243,64 @@ impl Comm {
             timeout_ns: self.timeout_ns,
             rank: self.rank as u32,
             op: op as u32,
+        }
+    }
+
+    /// Collective kernel arguments that are the same for every call.
+    pub fn coll_template(&self, op: OpId) -> CollArgs {
+        let mut peer_flags = [0u64; MAX_RANKS];
+        let mut peer_check = [0u64; MAX_RANKS];
+        for r in 0..self.nranks {
+            peer_flags[r] = self.pads.local(r, pad::COLL_FLAGS_OFFSET);
+            peer_check[r] = self.pads.local(r, pad::COLL_CHECK_OFFSET);
+        }
+        CollArgs {
+            wait: self.wait_ctx(op),
+            flags: self.pads.local(self.rank, pad::COLL_FLAGS_OFFSET),
+            peer_flags,
+            epochs: self.pads.local(self.rank, pad::COLL_EPOCHS_OFFSET),
+            check: self.pads.local(self.rank, pad::COLL_CHECK_OFFSET),
+            peer_check,
+            src: [0; MAX_RANKS],
+            scratch: self.coll.scratch,
+            send: 0,
+            recv: 0,
+            progress: 0,
+            count: 0,
+            chunk: 0,
+            unit: 0,
+            half: self.coll.half,
+            rank: self.rank as u32,
+            nranks: self.nranks as u32,
+            op: 0,
+            root: 0,
+            mode: 0,
+            coll: 0,
+            dtype: 0,
+            elem_size: 1,
+            token: 0,
+            pad: 0,
+        }
+    }
+
+    /// Point-to-point kernel arguments without operations.
+    pub fn p2p_template(&self, op: OpId) -> P2PArgs {
+        let mut peer_flags = [0u64; MAX_RANKS];
+        for (r, f) in peer_flags.iter_mut().enumerate().take(self.nranks) {
+            *f = self.pads.local(r, pad::P2P_OFFSET);
+        }
+        P2PArgs {
+            wait: self.wait_ctx(op),
+            flags: self.pads.local(self.rank, pad::P2P_OFFSET),
+            peer_flags,
+            slots: self.coll.p2p_slots[self.rank],
+            peer_slots: self.coll.p2p_slots,
+            slot_bytes: self.coll.p2p_slot_bytes,
+            ops: [P2POp::default(); P2P_MAX_OPS],
+            nops: 0,
+            rank: self.rank as u32,
+            nranks: self.nranks as u32,
+            pad: 0,
         }
     }
 
@@ -283,6 +348,90 @@ impl Drop for Comm {
     }
 }
 
+/// Describe a call descriptor recorded by a kernel (kernels/coll.cuh).
+fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
+    use crate::coll::CollId;
+    let coll = CollId::from_raw(d[0] >> 24);
+    let count = (d[1] as u64) | ((d[2] >> 16) as u64) << 32;
+    let dtype = crate::ffi::types::symmDataType_t::from_raw(((d[2] >> 8) & 0xff) as i32)
+        .map_or_else(|| format!("datatype {}", (d[2] >> 8) & 0xff), |t| format!("{t:?}"));
+    let mut s = format!("{}(count={count}, {dtype}", coll.map_or("?", |c| c.name()));
+    if matches!(coll, Some(CollId::AllReduce | CollId::ReduceScatter | CollId::Reduce)) {
+        let op = crate::ffi::types::symmRedOp_t::from_raw((d[2] & 0xff) as i32);
+        s += &op.map_or_else(|| format!(", op {}", d[2] & 0xff), |o| format!(", {o:?}"));
+    }
+    if matches!(coll, Some(CollId::Broadcast | CollId::Reduce)) {
+        s += &format!(", root={}", d[0] & 0xff_ffff);
+    }
+    s + ")"
+}
+
+fn mismatch_error(s: &Status) -> Error {
+    if s.mine[..3] == s.theirs[..3] {
+        let input = |token: u32| if token == 0 { "an ordinary buffer" } else { "a symmetric/registered buffer" };
+        let theirs = if s.mine[3] != 0 && s.theirs[3] != 0 {
+            "a different symmetric/registered buffer or offset"
+        } else {
+            input(s.theirs[3])
+        };
+        return err!(
+            symmInvalidUsage,
+            "rank {} and rank {} disagree on where {} reads its input: this rank passed {}, rank {} passed {}; \
+             pass symmetric or registered buffers at the same offset on every rank, or ordinary buffers on every rank",
+            s.rank,
+            s.peer,
+            crate::coll::CollId::from_raw(s.mine[0] >> 24).map_or("the collective", |c| c.name()),
+            input(s.mine[3]),
+            s.peer,
+            theirs,
+        );
+    }
+    err!(
+        symmInvalidUsage,
+        "collective mismatch (SYMM_CHECK): rank {} called {} but rank {} called {}",
+        s.rank,
+        describe_call(&s.mine),
+        s.peer,
+        describe_call(&s.theirs)
+    )
+}
+
+/// Bytes of each point-to-point staging slot (two per peer).
+const P2P_SLOT_BYTES: usize = 2 << 20;
+
+/// Collective: the staging scratch and point-to-point slots, and the
+/// collective settings every rank derives identically.
+fn coll_state(p: &Parts) -> Result<CollState> {
+    let nranks = p.peers.len();
+    let cfg = config::get();
+    let half = (cfg.scratch_bytes / 4 / 4096 * 4096).max(4096);
+    let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
+    let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
+    let mut scratch = [0u64; MAX_RANKS];
+    let mut p2p_slots = [0u64; MAX_RANKS];
+    for r in 0..nranks {
+        scratch[r] = p.mem.space.slot(r) + base;
+        p2p_slots[r] = p.mem.space.slot(r) + p2p;
+    }
+    let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
+    let sharing = p.peers.iter().filter(|q| q.pci_bus_id == p.peers[p.rank].pci_bus_id).count();
+    let algo = match cfg.algo.as_str() {
+        "oneshot" | "one_shot" | "one-shot" => Algo::OneShot,
+        "twoshot" | "two_shot" | "two-shot" => Algo::TwoShot,
+        _ => Algo::Auto,
+    };
+    Ok(CollState {
+        scratch,
+        half: half as u64,
+        p2p_slots,
+        p2p_slot_bytes: P2P_SLOT_BYTES as u64,
+        max_grid: CollState::max_grid(min_sm, sharing),
+        check: cfg.check,
+        algo,
+        copy_engine: cfg.copy_engine.into(),
+    })
+}
+
 /// Open the GPUs of other ranks that live in this process (threads calling
 /// symmCommInitRank) and enable peer access to them, so their cudaMalloc
 /// buffers can be registered without IPC (which refuses same-process use).
@@ -303,11 +452,19 @@ fn open_same_process_peers(peers: &[PeerInfo], rank: usize, dev: &Arc<Device>) -
 
 impl PeerInfo {
     fn local(device: std::result::Result<&Arc<Device>, &Error>) -> PeerInfo {
-        let (dev, bus, status, msg) = match device {
-            Ok(d) => (d.ordinal, d.pci_bus_id.clone(), symmResult_t::symmSuccess, String::new()),
-            Err(e) => (-1, String::new(), e.code, e.msg.clone()),
+        let (dev, bus, sms, status, msg) = match device {
+            Ok(d) => (d.ordinal, d.pci_bus_id.clone(), d.sm_count as u32, symmResult_t::symmSuccess, String::new()),
+            Err(e) => (-1, String::new(), 0, e.code, e.msg.clone()),
         };
-        PeerInfo { host_hash: host_hash(), pid: std::process::id(), device: dev, pci_bus_id: bus, status, status_msg: msg }
+        PeerInfo {
+            host_hash: host_hash(),
+            pid: std::process::id(),
+            device: dev,
+            pci_bus_id: bus,
+            sm_count: sms,
+            status,
+            status_msg: msg,
+        }
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -315,6 +472,7 @@ impl PeerInfo {
         b.extend_from_slice(&self.host_hash.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
         b.extend_from_slice(&self.device.to_le_bytes());
+        b.extend_from_slice(&self.sm_count.to_le_bytes());
         b.extend_from_slice(&(self.status as i32).to_le_bytes());
         put_str(&mut b, &self.pci_bus_id);
         put_str(&mut b, &self.status_msg);
@@ -326,11 +484,12 @@ impl PeerInfo {
         let host_hash = u64::from_le_bytes(r.take()?);
         let pid = u32::from_le_bytes(r.take()?);
         let device = i32::from_le_bytes(r.take()?);
+        let sm_count = u32::from_le_bytes(r.take()?);
         let status = symmResult_t::from_raw(i32::from_le_bytes(r.take()?))
             .ok_or_else(|| err!(symmInternalError, "bad status in peer info"))?;
         let pci_bus_id = r.string()?;
         let status_msg = r.string()?;
-        Ok(PeerInfo { host_hash, pid, device, pci_bus_id, status, status_msg })
+        Ok(PeerInfo { host_hash, pid, device, pci_bus_id, sm_count, status, status_msg })
     }
 }
 
@@ -471,6 +630,7 @@ mod tests {
             pid: 7,
             device: 1,
             pci_bus_id: "0000:18:00.0".into(),
+            sm_count: 132,
             status: symmResult_t::symmUnhandledCudaError,
             status_msg: "no driver".into(),
         };
@@ -492,6 +652,7 @@ mod tests {
             pid: 1,
             device: 0,
             pci_bus_id: bus.into(),
+            sm_count: 132,
             status: symmResult_t::symmSuccess,
             status_msg: String::new(),
         };

@@ -28,6 +28,16 @@ pub struct Config {
     /// `SYMM_TIMEOUT` in seconds (default 120): longest a kernel spins
     /// waiting for a peer before it records a timeout and exits.
     pub timeout: Duration,
+    /// `SYMM_ALGO`: all-reduce algorithm, `auto` (default), `oneshot` or `twoshot`.
+    pub algo: String,
+    /// `SYMM_CHECK=1`: every collective also compares (collective, count,
+    /// dtype, op, root) across ranks on the device and fails on a mismatch.
+    pub check: bool,
+    /// `SYMM_COPY_ENGINE=1`: all-gather and reduce-scatter use the copy
+    /// engines instead of SM kernels (default for new communicators).
+    pub copy_engine: bool,
+    /// `SYMM_SCRATCH_BYTES`: per-communicator staging scratch (default 64 MiB).
+    pub scratch_bytes: usize,
     /// `SYMM_TEST_SHARED_DEVICES=1`: TEST ONLY. Lets several ranks of one
     /// communicator use the same GPU so that N-rank code paths can run on
     /// fewer GPUs. Never set it in production.
@@ -48,6 +58,10 @@ pub fn get() -> &'static Config {
             bootstrap_addr: param_opt(&mut w, "BOOTSTRAP_ADDR"),
             bootstrap_timeout: secs(param_in_range(&mut w, "BOOTSTRAP_TIMEOUT", 60.0, 0.1, 86_400.0)),
             timeout: secs(param_in_range(&mut w, "TIMEOUT", 120.0, 0.001, 86_400.0)),
+            algo: param(&mut w, "ALGO", "auto".to_string()).to_ascii_lowercase(),
+            check: param(&mut w, "CHECK", 0u32) != 0,
+            copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
+            scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
             test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
             warnings: w,
         }

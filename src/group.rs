@@ -8,7 +8,10 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUstream;
+
 use crate::comm::Comm;
+use crate::cuda::abi::P2POp;
 use crate::error::{err, Error, Result};
 
 type Op = Box<dyn FnOnce() -> Result<()> + Send>;
@@ -19,10 +22,18 @@ struct Deferred {
     run: Op,
 }
 
+/// Sends and receives of one communicator on one stream, in call order.
+struct P2PBatch {
+    comm: Arc<Comm>,
+    stream: usize,
+    ops: Vec<P2POp>,
+}
+
 #[derive(Default)]
 struct Group {
     depth: u32,
     ops: Vec<Deferred>,
+    p2p: Vec<P2PBatch>,
 }
 
 thread_local! {
@@ -43,18 +54,41 @@ pub fn defer(comm: Arc<Comm>, api: &'static str, run: Op) {
     GROUP.with(|g| g.borrow_mut().ops.push(Deferred { comm, api, run }));
 }
 
-/// Leave one level; at the outermost, run what was queued. Every failure is
-/// recorded on its communicator; the first is returned.
+/// Queue a send or receive until the outermost symmGroupEnd.
+pub fn defer_p2p(comm: Arc<Comm>, stream: CUstream, op: P2POp) {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        let key = stream as usize;
+        match g.p2p.iter_mut().find(|b| Arc::ptr_eq(&b.comm, &comm) && b.stream == key) {
+            Some(b) => b.ops.push(op),
+            None => g.p2p.push(P2PBatch { comm, stream: key, ops: vec![op] }),
+        }
+    });
+}
+
+/// Leave one level; at the outermost, run what was queued: host calls
+/// first (one thread per communicator), then each communicator's sends and
+/// receives as combined launches. Every failure is recorded on its
+/// communicator; the first is returned.
 pub fn end() -> Result<()> {
-    let ops = GROUP.with(|g| {
+    let (ops, p2p) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(err!(symmInvalidUsage, "symmGroupEnd without a matching symmGroupStart"));
         }
         g.depth -= 1;
-        Ok(if g.depth == 0 { std::mem::take(&mut g.ops) } else { Vec::new() })
+        Ok(if g.depth == 0 { (std::mem::take(&mut g.ops), std::mem::take(&mut g.p2p)) } else { Default::default() })
     })?;
-    run_all(ops)
+    let host = run_all(ops);
+    let mut first = host.err();
+    for b in p2p {
+        if let Err(e) = crate::coll::p2p::launch_ops(&b.comm, b.stream as CUstream, &b.ops) {
+            let e = Error::new(e.code, format!("symmGroupEnd: send/recv (rank {}): {}", b.comm.rank, e.msg));
+            b.comm.set_last_error(std::ffi::CString::new(e.msg.replace('\0', " ")).unwrap_or_default());
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 fn run_all(ops: Vec<Deferred>) -> Result<()> {

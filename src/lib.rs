@@ -20,6 +20,7 @@ pub mod bootstrap;
 pub mod cuda;
 pub mod comm;
 pub mod memory;
+pub mod coll;
 pub mod group;
 pub mod prims;
 pub mod ffi;

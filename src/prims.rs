@@ -48,7 +48,12 @@ pub fn memset32(comm: &Comm, dst: *mut c_void, value: u32, count: usize, bytes: 
 /// Device-side barrier of all ranks.
 pub fn barrier(comm: &Comm, stream: CUstream) -> Result<()> {
     let mut a: FlagArgs = comm.flag_args(OpId::Barrier, pad::BARRIER_OFFSET, 0);
-    enqueue(comm, stream, c"symm_barrier", FLAG_BLOCK, &mut [arg(&mut a)])
+    launch_flag_kernel(comm, stream, c"symm_barrier", &mut a)
+}
+
+/// Launch one of the flag-exchange kernels (kernels/signal.cu).
+pub fn launch_flag_kernel(comm: &Comm, stream: CUstream, kernel: &'static std::ffi::CStr, a: &mut FlagArgs) -> Result<()> {
+    enqueue(comm, stream, kernel, FLAG_BLOCK, &mut [arg(a)])
 }
 
 fn check_peer_channel(comm: &Comm, peer: i32, channel: i32) -> Result<(usize, usize)> {

@@ -174,7 +174,7 @@ fn memory_and_signal_calls_check_the_communicator() {
     let mut n: usize = 77;
     let dummy = 0x1000 as *mut std::ffi::c_void;
     for (code, comm) in [(symmInvalidArgument, std::ptr::null_mut()), (symmInvalidUsage, fake_comm())] {
-        let mut check = |name: &str, rc: symmResult_t| {
+        let check = |name: &str, rc: symmResult_t| {
             assert_eq!(rc, code, "{name}");
             let msg = last_error(std::ptr::null_mut());
             assert!(msg.starts_with(name) && msg.contains("comm"), "{name}: {msg}");

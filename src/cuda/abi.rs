@@ -39,6 +39,7 @@ impl OpId {
 pub(crate) const DEV_OK: u32 = 0;
 pub(crate) const DEV_TIMEOUT: u32 = 1;
 pub(crate) const DEV_ABORTED: u32 = 2;
+pub(crate) const DEV_MISMATCH: u32 = 3;
 
 /// `SymmStatus`: host-pinned, device-mapped; see kernels/abi.cuh.
 #[repr(C)]
@@ -51,6 +52,9 @@ pub struct Status {
     pub peer: u32,
     pub detail: u32,
     pub waited_ns: u64,
+    /// DEV_MISMATCH: this rank's and the peer's collective descriptors.
+    pub mine: [u32; 4],
+    pub theirs: [u32; 4],
 }
 
 /// `SymmWaitCtx`.
@@ -75,6 +79,86 @@ pub struct FlagArgs {
     pub peer: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Status>() == 32);
+const _: () = assert!(std::mem::size_of::<Status>() == 64);
 const _: () = assert!(std::mem::size_of::<WaitCtx>() == 32);
 const _: () = assert!(std::mem::size_of::<FlagArgs>() == 32 + 8 + 8 * MAX_RANKS + 8);
+
+/// `SYMM_COLL_MAX_BLOCKS`.
+pub(crate) const COLL_MAX_BLOCKS: usize = 128;
+/// `SYMM_COLL_THREADS`.
+pub(crate) const COLL_THREADS: u32 = 512;
+/// `SYMM_DESC_WORDS`: words of a call descriptor in the check slots.
+pub(crate) const DESC_WORDS: usize = 4;
+
+/// `SymmCollArgs::mode` bits.
+pub(crate) const MODE_STAGED: u32 = 1;
+pub(crate) const MODE_END_SYNC: u32 = 2;
+pub(crate) const MODE_TWO_SHOT: u32 = 4;
+pub(crate) const MODE_PROGRESS: u32 = 8;
+pub(crate) const MODE_CHECK: u32 = 16;
+pub(crate) const MODE_LOCAL: u32 = 32;
+
+/// `SymmCollArgs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollArgs {
+    pub wait: WaitCtx,
+    pub flags: u64,
+    pub peer_flags: [u64; MAX_RANKS],
+    pub epochs: u64,
+    pub check: u64,
+    pub peer_check: [u64; MAX_RANKS],
+    pub src: [u64; MAX_RANKS],
+    pub scratch: [u64; MAX_RANKS],
+    pub send: u64,
+    pub recv: u64,
+    pub progress: u64,
+    pub count: u64,
+    pub chunk: u64,
+    pub unit: u64,
+    pub half: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub op: u32,
+    pub root: u32,
+    pub mode: u32,
+    pub coll: u32,
+    pub dtype: u32,
+    pub elem_size: u32,
+    pub token: u32,
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 8 + 8 + 8 + 32 + 32 + 8);
+
+/// `SYMM_P2P_MAX_OPS`, `SYMM_P2P_BLOCKS`, `SYMM_P2P_FLAG_WORDS`.
+pub(crate) const P2P_MAX_OPS: usize = 16;
+pub(crate) const P2P_BLOCKS: u32 = 16;
+pub(crate) const P2P_FLAG_WORDS: usize = 4 * P2P_BLOCKS as usize * MAX_RANKS;
+
+/// `SymmP2POp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct P2POp {
+    pub buf: u64,
+    pub bytes: u64,
+    pub peer: u32,
+    pub is_send: u32,
+}
+
+/// `SymmP2PArgs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2PArgs {
+    pub wait: WaitCtx,
+    pub flags: u64,
+    pub peer_flags: [u64; MAX_RANKS],
+    pub slots: u64,
+    pub peer_slots: [u64; MAX_RANKS],
+    pub slot_bytes: u64,
+    pub ops: [P2POp; P2P_MAX_OPS],
+    pub nops: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 24 * P2P_MAX_OPS + 16);

@@ -47,8 +47,10 @@ impl Module {
                 "loading symmcomm's kernels on device {ordinal} (the library carries sm_80 and sm_90 code and compute_90 PTX)"
             ))
         })?;
-        log::info!(target: "symmcomm::cuda", "device {ordinal}: loaded kernel module ({} bytes)", fatbin_len());
-        Ok(Module { raw, functions: RwLock::new(HashMap::new()) })
+        let module = Module { raw, functions: RwLock::new(HashMap::new()) };
+        let n = load_all_functions(raw)?;
+        log::info!(target: "symmcomm::cuda", "device {ordinal}: loaded kernel module ({} bytes, {n} kernels)", fatbin_len());
+        Ok(module)
     }
 
     /// Resolve a kernel by its `extern "C"` name, cached after the first call.
@@ -63,6 +65,30 @@ impl Module {
         self.functions.write().insert(key, Function(f));
         Ok(Function(f))
     }
+}
+
+/// Load every kernel of the module now. Under CUDA's lazy loading (the
+/// default) a kernel is otherwise loaded at its first launch, and that can
+/// wait for kernels already running in the context; symmcomm's kernels may
+/// be spinning on a peer (or a consumer kernel may spin on a progress flag),
+/// so a first launch could stall until they time out.
+fn load_all_functions(raw: CUmodule) -> Result<usize> {
+    // SAFETY: driver() loaded the library before any module exists; `get`
+    // only looks symbols up (these need a 12.4+ driver).
+    let lib = unsafe { cudarc::driver::sys::culib() };
+    let has = |name: &[u8]| unsafe { lib.get::<unsafe extern "C" fn()>(name) }.is_ok();
+    if !(has(b"cuModuleGetFunctionCount\0") && has(b"cuModuleEnumerateFunctions\0") && has(b"cuFuncLoad\0")) {
+        log::warn!(target: "symmcomm::cuda", "CUDA driver older than 12.4: kernels load lazily at first launch");
+        return Ok(0);
+    }
+    let mut n: u32 = 0;
+    cu!(cuModuleGetFunctionCount(&mut n, raw))?;
+    let mut functions: Vec<CUfunction> = vec![std::ptr::null_mut(); n as usize];
+    cu!(cuModuleEnumerateFunctions(functions.as_mut_ptr(), n, raw))?;
+    for f in functions {
+        cu!(cuFuncLoad(f))?;
+    }
+    Ok(n as usize)
 }
 
 impl Drop for Module {

@@ -1,10 +1,12 @@
 //! Opaque C handles tied to Rust `Arc`s by one trait.
 //!
-//! A handle is the address of the `Arc`'s contents, but it is never
+//! A handle is a number that is never reused (it is not an address, so a
+//! new object can never inherit a destroyed one's handle) and is never
 //! dereferenced: every use looks it up in the type's table of live handles,
 //! so a NULL, stale (destroyed) or made-up handle is an error, not a crash.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -39,9 +41,12 @@ pub trait ArcHandle: Sized + 'static {
     /// Hand `inner` to C: returns the handle and keeps `inner` alive until
     /// [`ArcHandle::release`].
     fn register(inner: Arc<Self::Inner>) -> *mut Self {
-        let handle = Arc::as_ptr(&inner) as *mut Self;
-        Self::table().live.write().get_or_insert_with(HashMap::new).insert(handle as usize, inner);
-        handle
+        // Aligned like a pointer, far from small made-up values, unique for
+        // the life of the process.
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        let key = (0x5eed << 32) | (NEXT.fetch_add(1, Ordering::Relaxed) << 4);
+        Self::table().live.write().get_or_insert_with(HashMap::new).insert(key, inner);
+        key as *mut Self
     }
 
     /// The object behind a handle; `arg` names the argument in errors.

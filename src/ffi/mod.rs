@@ -20,6 +20,7 @@ pub mod init;
 pub mod primitives;
 pub mod memory;
 pub mod group;
+pub mod coll;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};

@@ -20,6 +20,9 @@ pub struct BufferEntry {
     pub peers: [u64; MAX_RANKS],
     /// Device array of the `peers` addresses (nranks entries).
     pub table: u64,
+    /// The same on every rank for corresponding buffers (symmetric: heap
+    /// offset; registered: the registration's sequence number).
+    pub id: u64,
 }
 
 impl BufferEntry {
@@ -67,7 +70,7 @@ mod tests {
     use super::*;
 
     fn e(start: u64, len: u64) -> BufferEntry {
-        BufferEntry { start, len, kind: BufferKind::Registered, peers: [0; MAX_RANKS], table: 0 }
+        BufferEntry { start, len, kind: BufferKind::Registered, peers: [0; MAX_RANKS], table: 0, id: 0 }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!   point-to-point signal channels, collective flags);
 //! - `[1 MiB, 2 MiB)`: the user area, handed out by symmCommGetSignalPad.
 
-use crate::cuda::abi::MAX_RANKS;
+use crate::cuda::abi::{COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2P_FLAG_WORDS};
 
 pub(crate) const PAD_BYTES: usize = 2 << 20;
 pub(crate) const USER_OFFSET: usize = 1 << 20;
@@ -18,16 +18,27 @@ pub(crate) const USER_BYTES: usize = PAD_BYTES - USER_OFFSET;
 pub(crate) const BARRIER_OFFSET: usize = 0;
 /// One word of the local pad: the first device-side error claims it.
 pub(crate) const ERROR_GUARD_OFFSET: usize = 256;
+/// The copy-engine collectives' barrier row (apart from symmBarrier's).
+pub(crate) const CE_BARRIER_OFFSET: usize = 512;
 /// symmPutSignal/symmWaitSignal: channel c's row at SIGNALS_OFFSET + c * ROW.
 pub(crate) const SIGNALS_OFFSET: usize = 4096;
 pub(crate) const SIGNAL_CHANNELS: usize = 1024;
 /// A row of one word per rank.
 pub(crate) const ROW_BYTES: usize = 4 * MAX_RANKS;
-/// Collectives' flags start here.
+/// Collectives' area.
 pub(crate) const COLL_OFFSET: usize = 64 << 10;
+/// Sync flags [block][peer].
+pub(crate) const COLL_FLAGS_OFFSET: usize = COLL_OFFSET;
+/// Per-block counters: sync epochs, staged rounds, kernels run.
+pub(crate) const COLL_EPOCHS_OFFSET: usize = COLL_FLAGS_OFFSET + COLL_MAX_BLOCKS * ROW_BYTES;
+/// Call descriptors [parity][block][peer][DESC_WORDS].
+pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 3 * COLL_MAX_BLOCKS * 4;
+/// Point-to-point flags and counters.
+pub(crate) const P2P_OFFSET: usize = COLL_CHECK_OFFSET + 2 * COLL_MAX_BLOCKS * MAX_RANKS * DESC_WORDS * 4;
+const COLL_END: usize = P2P_OFFSET + P2P_FLAG_WORDS * 4;
 
 const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
-const _: () = assert!(COLL_OFFSET < USER_OFFSET);
+const _: () = assert!(COLL_END <= USER_OFFSET);
 
 /// Rank r's pad address for each r, plus the device table of user areas.
 pub struct SignalPads {

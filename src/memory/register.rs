@@ -149,7 +149,14 @@ pub fn register(mem: &CommMemory, link: &Transport, ptr: CUdeviceptr, size: usiz
 
     let id = st.next_reg_id;
     st.next_reg_id += 1;
-    let entry = BufferEntry { start: ptr, len: size as u64, kind: BufferKind::Registered, peers, table: table.ptr };
+    let entry = BufferEntry {
+        start: ptr,
+        len: size as u64,
+        kind: BufferKind::Registered,
+        peers,
+        table: table.ptr,
+        id: (1 << 63) | seq,
+    };
     st.regs.insert(id, Registration { entry, _imports: imports, _table: table });
     mem.publish(&st);
     log::info!(target: "symmcomm::memory", "rank {}: registered {size} bytes at {ptr:#x} as #{id}", mem.rank);

@@ -92,7 +92,8 @@ pub fn alloc(mem: &CommMemory, link: &Transport, size: usize, internal: bool) ->
     for (r, p) in peers.iter_mut().enumerate().take(mem.nranks) {
         *p = space.slot(r) + off as u64;
     }
-    let entry = BufferEntry { start: addr, len: size as u64, kind: BufferKind::Symmetric, peers, table: table.ptr };
+    let entry =
+        BufferEntry { start: addr, len: size as u64, kind: BufferKind::Symmetric, peers, table: table.ptr, id: off as u64 };
     st.allocs.insert(addr, SymmAlloc { offset: off, mapped: rounded, internal, entry, _mappings: mappings, _table: table });
     mem.publish(&st);
     log::info!(target: "symmcomm::memory", "rank {}: symmetric alloc #{seq} of {size} bytes at {addr:#x} (offset {off:#x})", mem.rank);

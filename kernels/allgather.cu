@@ -1,0 +1,53 @@
+// All-gather: block r (a.count elements) of every rank's output is rank r's
+// input. With SYMM_COLL_PROGRESS the work is cut into units of a.unit
+// elements and, as each unit of each rank lands in this rank's output, the
+// flag progress[r * units_per_rank + unit] is set to 1 (release, system
+// scope), so a consumer on another stream can start on it.
+#include "coll.cuh"
+
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArgs a) {
+  SYMM_COLL_PROLOGUE(a, s)
+  const uint64_t sz = a.elem_size;
+  const bool staged = a.mode & SYMM_COLL_STAGED;
+  const bool progress = a.mode & SYMM_COLL_PROGRESS;
+  const uint64_t units_per_rank = progress ? (a.count + a.unit - 1) / a.unit : 0;
+  for (uint64_t base = 0; base < a.count; base += a.chunk) {
+    const uint64_t n = min(a.chunk, a.count - base);
+    // Work units of this round: a.unit elements each (progress mode), or
+    // one even share per block. Block b owns units b, b + grid, ... on
+    // every rank, so its copy-in and its pulls cover the same data.
+    uint64_t unit = a.unit;
+    if (!progress) {
+      uint64_t lo, hi;
+      split_range(n * sz, 16, gridDim.x, 0, &lo, &hi);
+      unit = (hi - lo) / sz;
+      if (unit == 0) unit = n;
+    }
+    const uint32_t par = staged ? next_parity(a) : 0;
+    if (staged) {
+      for (uint64_t u = blockIdx.x; u * unit < n; u += gridDim.x) {
+        const uint64_t len = min(unit, n - u * unit);
+        copy_bytes(scratch_in(a, a.rank, par) + u * unit * sz, a.send + (base + u * unit) * sz, len * sz);
+      }
+    }
+    if (!block_sync(a, s)) return;
+    for (uint64_t u = blockIdx.x; u * unit < n; u += gridDim.x) {
+      const uint64_t off = base + u * unit, len = min(unit, n - u * unit);
+      for (uint32_t k = 0; k < a.nranks; ++k) {
+        const uint32_t r = (a.rank + k) % a.nranks;  // own block first, then the peers in turn
+        const char* from = r == a.rank ? a.send + off * sz
+                           : staged    ? scratch_in(a, r, par) + u * unit * sz
+                                       : a.src[r] + off * sz;
+        copy_bytes(a.recv + (r * a.count + off) * sz, from, len * sz);
+        if (progress) {
+          __syncthreads();
+          if (threadIdx.x == 0) {
+            __threadfence_system();
+            symm_st_release_sys(a.progress + r * units_per_rank + off / a.unit, 1u);
+          }
+        }
+      }
+    }
+  }
+  SYMM_COLL_EPILOGUE(a, s)
+}

@@ -1,0 +1,52 @@
+// All-reduce. One-shot: every rank reduces the whole vector from all ranks'
+// inputs (one sync per round; best for 2 ranks at any size and for small
+// messages). Two-shot: each rank reduces its slice into its scratch, then
+// every rank gathers all slices (two syncs per round; less traffic for more
+// than 2 ranks). Inputs come straight from peers' symmetric or registered
+// buffers, or from scratch after a copy-in (staged), in rounds of a.chunk.
+#include "coll.cuh"
+
+template <typename T, int OP>
+__device__ void allreduce_body(const SymmCollArgs& a) {
+  SYMM_COLL_PROLOGUE(a, s)
+  constexpr uint32_t E = vec_elems<T>();
+  const bool staged = a.mode & SYMM_COLL_STAGED;
+  const bool two_shot = a.mode & SYMM_COLL_TWO_SHOT;
+  const T* send = reinterpret_cast<const T*>(a.send);
+  T* recv = reinterpret_cast<T*>(a.recv);
+  for (uint64_t base = 0; base < a.count; base += a.chunk) {
+    const uint64_t n = min(a.chunk, a.count - base);
+    uint64_t lo, hi;
+    split_range(n, E, gridDim.x, blockIdx.x, &lo, &hi);
+    const uint32_t par = (staged || two_shot) ? next_parity(a) : 0;
+    if (staged) copy_bytes(scratch_in(a, a.rank, par) + lo * sizeof(T), a.send + (base + lo) * sizeof(T), (hi - lo) * sizeof(T));
+    if (!block_sync(a, s)) return;
+    const T* srcs[SYMM_MAX_RANKS];
+    for (uint32_t r = 0; r < a.nranks; ++r)
+      srcs[r] = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) : reinterpret_cast<const T*>(a.src[r]) + base;
+    if (!two_shot) {
+      const T* from[SYMM_MAX_RANKS];
+      for (uint32_t r = 0; r < a.nranks; ++r) from[r] = srcs[r] + lo;
+      reduce_elems<T, OP>(recv + base + lo, from, a.nranks, hi - lo, a.nranks);
+      continue;
+    }
+    // Two-shot: my slice of this block's range, reduced into my scratch.
+    uint64_t slo, shi;
+    split_range(hi - lo, E, a.nranks, a.rank, &slo, &shi);
+    const T* from[SYMM_MAX_RANKS];
+    for (uint32_t r = 0; r < a.nranks; ++r) from[r] = srcs[r] + lo + slo;
+    T* mine = reinterpret_cast<T*>(scratch_out(a, a.rank, par));
+    reduce_elems<T, OP>(mine + lo + slo, from, a.nranks, shi - slo, a.nranks);
+    if (!block_sync(a, s)) return;
+    for (uint32_t k = 0; k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;  // spread the pulls over the peers
+      split_range(hi - lo, E, a.nranks, r, &slo, &shi);
+      const char* slice = scratch_out(a, r, par) + (lo + slo) * sizeof(T);
+      copy_bytes(a.recv + (base + lo + slo) * sizeof(T), slice, (shi - slo) * sizeof(T));
+    }
+  }
+  (void)send;
+  SYMM_COLL_EPILOGUE(a, s)
+}
+
+SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce)

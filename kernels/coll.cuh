@@ -1,0 +1,319 @@
+// Building blocks of the collective kernels: element types and reduction
+// operators, vectorised copies and reductions over ranges (16-byte accesses,
+// scalar heads and tails), and the per-block cross-rank sync.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+
+// ---- Element types ---------------------------------------------------------
+// Acc<T>: the type reductions accumulate in. 16-bit and 8-bit floats use
+// fp32; integers accumulate in their own width with two's-complement wrap
+// (done in the unsigned type, since signed overflow is undefined in C++).
+
+template <typename T> struct Acc { using type = T; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+template <> struct Acc<__nv_fp8_e4m3> { using type = float; };
+template <> struct Acc<__nv_fp8_e5m2> { using type = float; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T x) { return (typename Acc<T>::type)x; }
+template <> __device__ __forceinline__ float to_acc(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_acc(__nv_fp8_e4m3 x) { return (float)x; }
+template <> __device__ __forceinline__ float to_acc(__nv_fp8_e5m2 x) { return (float)x; }
+
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type x) { return (T)x; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// The fp8 constructors round to nearest and saturate to the finite range.
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_acc<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_acc<__nv_fp8_e5m2>(float x) { return __nv_fp8_e5m2(x); }
+
+// Reduction operators (numbers as symmRedOp_t).
+enum { SYMM_SUM = 0, SYMM_PROD = 1, SYMM_MAX = 2, SYMM_MIN = 3, SYMM_AVG = 4 };
+
+template <typename A> struct Wrap { using type = A; };
+template <> struct Wrap<int8_t> { using type = uint8_t; };
+template <> struct Wrap<int32_t> { using type = uint32_t; };
+template <> struct Wrap<int64_t> { using type = uint64_t; };
+
+template <int OP, typename A>
+__device__ __forceinline__ A combine(A a, A b) {
+  using W = typename Wrap<A>::type;
+  if (OP == SYMM_SUM || OP == SYMM_AVG) return (A)(W)((W)a + (W)b);
+  if (OP == SYMM_PROD) return (A)(W)((W)a * (W)b);
+  if (OP == SYMM_MAX) return a > b ? a : b;
+  return a < b ? a : b;
+}
+
+template <int OP, typename A>
+__device__ __forceinline__ A finalize(A a, uint32_t nranks) {
+  if (OP == SYMM_AVG) return a / (A)nranks;  // integers: truncating division
+  return a;
+}
+
+// ---- Ranges -----------------------------------------------------------------
+
+// Elements per 16-byte vector.
+template <typename T> __host__ __device__ constexpr uint32_t vec_elems() { return 16 / sizeof(T); }
+
+__device__ __forceinline__ uint32_t misalign(const void* p) { return (uint32_t)((uintptr_t)p & 15); }
+
+// Split [0, n) into `parts` pieces whose boundaries are whole vectors;
+// piece `i` is [*lo, *hi).
+__device__ __forceinline__ void split_range(uint64_t n, uint32_t epv, uint32_t parts, uint32_t i, uint64_t* lo, uint64_t* hi) {
+  const uint64_t vecs = (n + epv - 1) / epv;
+  const uint64_t per = (vecs + parts - 1) / parts;
+  uint64_t a = (uint64_t)i * per * epv, b = a + per * epv;
+  *lo = a < n ? a : n;
+  *hi = b < n ? b : n;
+}
+
+// dst[i] = src[i] for i in [0, n) bytes, by the threads of one block.
+// 16-byte accesses when both pointers share their misalignment.
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t n) {
+  const uint32_t t = threadIdx.x, nt = blockDim.x;
+  if (n == 0 || dst == src) return;
+  if (misalign(dst) == misalign(src)) {
+    uint64_t head = (16 - misalign(dst)) & 15;
+    if (head > n) head = n;
+    if (t < head) dst[t] = src[t];
+    const uint64_t nvec = (n - head) / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src + head);
+    uint4* d = reinterpret_cast<uint4*>(dst + head);
+    uint64_t i = t;
+    // Four loads in flight per thread before the first store.
+    for (; i + 3 * nt < nvec; i += 4 * nt) {
+      uint4 v0 = s[i], v1 = s[i + nt], v2 = s[i + 2 * nt], v3 = s[i + 3 * nt];
+      d[i] = v0; d[i + nt] = v1; d[i + 2 * nt] = v2; d[i + 3 * nt] = v3;
+    }
+    for (; i < nvec; i += nt) d[i] = s[i];
+    const uint64_t done = head + nvec * 16;
+    if (t < n - done) dst[done + t] = src[done + t];
+  } else {
+    for (uint64_t i = t; i < n; i += nt) dst[i] = src[i];
+  }
+}
+
+// dst[i] = OP over r of srcs[r][i], i in [0, n) elements, accumulating in
+// Acc<T> in rank order (so every rank computes bit-identical results).
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_one(T* dst, const T* const* srcs, uint32_t nsrc, uint64_t i, uint32_t nranks) {
+  typename Acc<T>::type acc = to_acc(srcs[0][i]);
+  for (uint32_t r = 1; r < nsrc; ++r) acc = combine<OP>(acc, to_acc(srcs[r][i]));
+  dst[i] = from_acc<T>(finalize<OP>(acc, nranks));
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_elems(T* dst, const T* const* srcs, uint32_t nsrc, uint64_t n, uint32_t nranks) {
+  using A = typename Acc<T>::type;
+  constexpr uint32_t E = vec_elems<T>();
+  const uint32_t t = threadIdx.x, nt = blockDim.x;
+  bool aligned = true;
+  for (uint32_t r = 0; r < nsrc; ++r) aligned &= misalign(srcs[r]) == misalign(dst);
+  // Misaligned pointers: everything is "head", done one element at a time.
+  uint64_t head = n, nvec = 0;
+  if (aligned) {
+    head = ((16 - misalign(dst)) & 15) / sizeof(T);
+    if (head > n) head = n;
+    nvec = (n - head) / E;
+  }
+  const uint64_t tail = head + nvec * E;
+  for (uint64_t i = t; i < head; i += nt) reduce_one<T, OP>(dst, srcs, nsrc, i, nranks);
+  union Pack { uint4 v; T e[E]; };
+  for (uint64_t v = t; v < nvec; v += nt) {
+    Pack in;
+    in.v = reinterpret_cast<const uint4*>(srcs[0] + head)[v];
+    A acc[E];
+#pragma unroll
+    for (uint32_t k = 0; k < E; ++k) acc[k] = to_acc(in.e[k]);
+    for (uint32_t r = 1; r < nsrc; ++r) {
+      in.v = reinterpret_cast<const uint4*>(srcs[r] + head)[v];
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) acc[k] = combine<OP>(acc[k], to_acc(in.e[k]));
+    }
+    Pack out;
+#pragma unroll
+    for (uint32_t k = 0; k < E; ++k) out.e[k] = from_acc<T>(finalize<OP>(acc[k], nranks));
+    reinterpret_cast<uint4*>(dst + head)[v] = out.v;
+  }
+  for (uint64_t i = tail + t; i < n; i += nt) reduce_one<T, OP>(dst, srcs, nsrc, i, nranks);
+}
+
+// ---- Cross-rank sync, one block with the same block on every rank ---------
+// Epoch-based: block b keeps a counter in its own pad (advanced only by
+// kernels, so graph replay stays correct); each sync publishes epoch+1 to
+// every peer's flag [b][our rank] with release, and waits until our flag
+// [b][peer] has reached it (wrap-safe). Flags only grow, so they need no
+// reset and a signal is never lost.
+//
+// The first sync of a kernel also checks that the ranks agree on what they
+// are doing: before it, each block writes a descriptor of the call into
+// every peer's check slot [b][our rank]; after it, each compares what the
+// peers wrote. Always compared: the layout token (which user buffer peers
+// read directly, or 0 when staged), so that no rank reads a peer's memory
+// that the peer did not pass. With SYMM_CHECK also the collective, count,
+// dtype/op and root. On a mismatch every rank records the error and no
+// block touches data.
+#define SYMM_DESC_WORDS 4
+
+struct BlockSync {
+  uint32_t epoch;  // valid in every thread
+  uint32_t parity;
+  bool first;
+  uint32_t desc[SYMM_DESC_WORDS];
+};
+
+// Per-block counters after the epochs (SymmCollArgs::epochs):
+// [0, B) sync epochs, [B, 2B) staged rounds, [2B, 3B) kernels run.
+__device__ __forceinline__ uint32_t* block_counter(const SymmCollArgs& a, uint32_t which) {
+  return a.epochs + which * SYMM_COLL_MAX_BLOCKS + blockIdx.x;
+}
+
+// Descriptor slot [parity][block][rank]. Two parities, alternating per
+// kernel: a fast peer may write its next kernel's descriptor before this
+// rank has read the current one, but it cannot get two kernels ahead.
+__device__ __forceinline__ uint32_t* desc_slot(uint32_t* base, uint32_t parity, uint32_t rank) {
+  return base + ((parity * SYMM_COLL_MAX_BLOCKS + blockIdx.x) * SYMM_MAX_RANKS + rank) * SYMM_DESC_WORDS;
+}
+
+__device__ __forceinline__ BlockSync sync_begin(const SymmCollArgs& a, uint32_t token) {
+  __shared__ uint32_t epoch, parity;
+  if (threadIdx.x == 0) {
+    epoch = *block_counter(a, 0);
+    uint32_t* kernels = block_counter(a, 2);
+    parity = *kernels & 1;
+    *kernels = *kernels + 1;
+  }
+  __syncthreads();
+  BlockSync s;
+  s.first = true;
+  s.parity = parity;
+  s.desc[0] = a.coll << 24 | (a.root & 0xffffffu);
+  s.desc[1] = (uint32_t)a.count;
+  s.desc[2] = (uint32_t)(a.count >> 32) << 16 | (a.dtype & 0xffu) << 8 | (a.op & 0xffu);
+  s.desc[3] = token;
+  const uint32_t p = threadIdx.x;
+  if (p < a.nranks && p != a.rank) {
+    uint32_t* slot = desc_slot(a.peer_check[p], s.parity, a.rank);
+    for (int k = 0; k < SYMM_DESC_WORDS; ++k) slot[k] = s.desc[k];  // published by the first sync
+  }
+  s.epoch = epoch;
+  return s;
+}
+
+// Everything this block wrote before is visible to the peers' same block
+// after it, and everything they wrote before theirs is visible to us.
+// False when the kernel must stop (timeout, abort, or a mismatch).
+__device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const uint32_t next = s.epoch + 1;
+  const uint32_t p = threadIdx.x;
+  const bool peer = p < a.nranks && p != a.rank;
+  if (peer) {
+    __threadfence_system();
+    symm_st_release_sys(a.peer_flags[p] + blockIdx.x * SYMM_MAX_RANKS + a.rank, next);
+    const uint32_t* mine = a.flags + blockIdx.x * SYMM_MAX_RANKS + p;
+    SymmSpin spin(a.wait, p, blockIdx.x);
+    while (!symm_seq_geq(symm_ld_acquire_sys(mine), next)) {
+      if (spin.give_up()) {
+        failed = 1;
+        break;
+      }
+    }
+  }
+  if (s.first && peer && !failed) {
+    const volatile uint32_t* theirs = desc_slot(a.check, s.parity, p);
+    uint32_t t[SYMM_DESC_WORDS];
+    for (int k = 0; k < SYMM_DESC_WORDS; ++k) t[k] = theirs[k];
+    const bool full = a.mode & SYMM_COLL_CHECK;
+    bool differ = t[3] != s.desc[3];
+    for (int k = 0; k < 3; ++k) differ |= full && t[k] != s.desc[k];
+    if (differ) {
+      failed = 1;
+      SymmSpin rec(a.wait, p, blockIdx.x);
+      rec.record_mismatch(s.desc, t);
+    }
+  }
+  __syncthreads();
+  s.first = false;
+  s.epoch = next;
+  return !failed;
+}
+
+__device__ __forceinline__ void sync_end(const SymmCollArgs& a, const BlockSync& s) {
+  if (threadIdx.x == 0) *block_counter(a, 0) = s.epoch;
+}
+
+// ---- Scratch and stamping ----------------------------------------------------
+
+// Rank r's scratch: [in 0][in 1][out 0][out 1], `half` bytes each.
+__device__ __forceinline__ char* scratch_in(const SymmCollArgs& a, uint32_t r, uint32_t parity) {
+  return a.scratch[r] + (uint64_t)parity * a.half;
+}
+__device__ __forceinline__ char* scratch_out(const SymmCollArgs& a, uint32_t r, uint32_t parity) {
+  return a.scratch[r] + (uint64_t)(2 + parity) * a.half;
+}
+
+// Staged rounds alternate scratch halves: a rank may fill half p for round
+// k+1 while a slower peer still reads half 1-p of round k, and it cannot get
+// two rounds ahead because round k+1's sync waits for that peer. The round
+// counter lives next to the block's epoch, so the alternation carries on
+// across kernels.
+__device__ __forceinline__ uint32_t next_parity(const SymmCollArgs& a) {
+  __shared__ uint32_t parity;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* round = block_counter(a, 1);
+    parity = *round & 1;
+    *round = *round + 1;
+  }
+  __syncthreads();
+  return parity;
+}
+
+#define SYMM_COLL_THREADS 512
+
+// One extern "C" kernel per element type for a reduction family; `body` is
+// a template <typename T, int OP> __device__ void (const SymmCollArgs&).
+#define SYMM_REDUCE_KERNEL(family, suffix, T)                                   \
+  SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS)                          \
+      symm_##family##_##suffix(SymmCollArgs a) {                                 \
+    switch (a.op) {                                                              \
+      case SYMM_SUM: family##_body<T, SYMM_SUM>(a); break;                       \
+      case SYMM_PROD: family##_body<T, SYMM_PROD>(a); break;                     \
+      case SYMM_MAX: family##_body<T, SYMM_MAX>(a); break;                       \
+      case SYMM_MIN: family##_body<T, SYMM_MIN>(a); break;                       \
+      default: family##_body<T, SYMM_AVG>(a); break;                             \
+    }                                                                            \
+  }
+
+// Suffixes match src/coll/mod.rs (DataType::kernel_suffix).
+#define SYMM_FOR_EACH_TYPE(X, family) \
+  X(family, i8, int8_t)               \
+  X(family, u8, uint8_t)              \
+  X(family, i32, int32_t)             \
+  X(family, u32, uint32_t)            \
+  X(family, i64, int64_t)             \
+  X(family, u64, uint64_t)            \
+  X(family, f16, __half)              \
+  X(family, f32, float)               \
+  X(family, f64, double)              \
+  X(family, bf16, __nv_bfloat16)      \
+  X(family, f8e4m3, __nv_fp8_e4m3)    \
+  X(family, f8e5m2, __nv_fp8_e5m2)
+
+// Start of a collective body: load the block's epoch and publish the
+// call's descriptor (checked at the first sync).
+#define SYMM_COLL_PROLOGUE(a, s) BlockSync s = sync_begin(a, (a).token);
+
+// Peers read this rank's user buffers directly: wait until they are done
+// before the stream moves on (and may overwrite them).
+#define SYMM_COLL_EPILOGUE(a, s)                                  \
+  if (((a).mode & SYMM_COLL_END_SYNC) && !block_sync(a, s)) return; \
+  sync_end(a, s);

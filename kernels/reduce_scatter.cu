@@ -1,0 +1,48 @@
+// Reduce-scatter: rank r's output is the reduction of block r (a.count
+// elements) of every rank's input.
+#include "coll.cuh"
+
+// The copy-engine path's last step: the peers' blocks were already copied
+// next to each other here; reduce them, touching only local memory.
+template <typename T, int OP>
+__device__ void local_reduce(const SymmCollArgs& a) {
+  uint64_t lo, hi;
+  split_range(a.count, vec_elems<T>(), gridDim.x, blockIdx.x, &lo, &hi);
+  const T* from[SYMM_MAX_RANKS];
+  for (uint32_t r = 0; r < a.nranks; ++r) from[r] = reinterpret_cast<const T*>(a.src[r]) + lo;
+  reduce_elems<T, OP>(reinterpret_cast<T*>(a.recv) + lo, from, a.nranks, hi - lo, a.nranks);
+}
+
+template <typename T, int OP>
+__device__ void reduce_scatter_body(const SymmCollArgs& a) {
+  if (a.mode & SYMM_COLL_LOCAL) {
+    local_reduce<T, OP>(a);
+    return;
+  }
+  SYMM_COLL_PROLOGUE(a, s)
+  constexpr uint32_t E = vec_elems<T>();
+  const bool staged = a.mode & SYMM_COLL_STAGED;
+  T* recv = reinterpret_cast<T*>(a.recv);
+  for (uint64_t base = 0; base < a.count; base += a.chunk) {
+    const uint64_t n = min(a.chunk, a.count - base);
+    uint64_t lo, hi;
+    split_range(n, E, gridDim.x, blockIdx.x, &lo, &hi);
+    const uint32_t par = staged ? next_parity(a) : 0;
+    if (staged) {
+      // Scratch holds block j of this round at j * a.chunk.
+      for (uint32_t j = 0; j < a.nranks; ++j)
+        copy_bytes(scratch_in(a, a.rank, par) + (j * a.chunk + lo) * sizeof(T),
+                   a.send + (j * a.count + base + lo) * sizeof(T), (hi - lo) * sizeof(T));
+    }
+    if (!block_sync(a, s)) return;
+    const T* from[SYMM_MAX_RANKS];
+    for (uint32_t r = 0; r < a.nranks; ++r) {
+      from[r] = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) + a.rank * a.chunk + lo
+                       : reinterpret_cast<const T*>(a.src[r]) + a.rank * a.count + base + lo;
+    }
+    reduce_elems<T, OP>(recv + base + lo, from, a.nranks, hi - lo, a.nranks);
+  }
+  SYMM_COLL_EPILOGUE(a, s)
+}
+
+SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter)

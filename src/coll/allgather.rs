@@ -1,0 +1,70 @@
+//! symmAllGather, optionally with a progress flag per landed chunk.
+
+use super::Call;
+use crate::cuda::abi::{CollArgs, MODE_PROGRESS};
+use crate::error::{bail, Result};
+
+/// In place means sendbuff = recvbuff + rank * count: each rank's input
+/// then sits at a different offset, so peers find it from the recvbuff.
+fn direct_in_place(call: &Call, a: &mut CollArgs) -> bool {
+    let block = call.count * call.elem_size();
+    let recv_start = call.recv;
+    if call.send != recv_start + call.comm.rank as u64 * block {
+        return false;
+    }
+    let Some(e) = call.comm.mem.find(recv_start, block * call.comm.nranks as u64) else { return false };
+    // Same token and peer addresses as if every rank passed recvbuff itself.
+    let whole = Call { send: recv_start, send_buf: Some(e), ..*call };
+    if !whole.direct(a) {
+        return false;
+    }
+    for r in 0..call.comm.nranks {
+        a.src[r] += r as u64 * block;
+    }
+    true
+}
+
+fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
+    if direct_in_place(call, a) || call.direct(a) {
+        return Ok(());
+    }
+    let mut chunk = call.scratch_elems(1);
+    if unit > 0 {
+        // Rounds hold whole progress chunks (a chunk larger than the whole
+        // input is just the input).
+        let unit = unit.min(call.count);
+        chunk = chunk / unit * unit;
+        if chunk == 0 {
+            bail!(
+                symmNotSupported,
+                "chunkCount {unit} elements is larger than a staging round ({} bytes); use a symmetric or registered \
+                 sendbuff, or smaller chunks",
+                call.comm.coll.half
+            );
+        }
+    }
+    call.staged(a, chunk)
+}
+
+pub fn all_gather(call: &Call) -> Result<()> {
+    if call.comm.coll.copy_engine() {
+        return super::copy_engine::all_gather(call);
+    }
+    let mut a = call.args();
+    setup(call, &mut a, 0)?;
+    let grid = call.grid((call.count * call.elem_size()).min(a.chunk * call.elem_size()));
+    call.launch(c"symm_allgather", grid, &mut a)
+}
+
+/// All-gather that sets `flags[r * ceil(count / chunk_count) + c] = 1`
+/// (release, system scope) once chunk c of rank r's block is in recvbuff.
+pub fn all_gather_progress(call: &Call, flags: u64, chunk_count: u64) -> Result<()> {
+    let mut a = call.args();
+    setup(call, &mut a, chunk_count)?;
+    a.mode |= MODE_PROGRESS;
+    a.unit = chunk_count;
+    a.progress = flags;
+    let units = call.count.div_ceil(chunk_count);
+    let grid = call.grid(call.count * call.elem_size()).min(units.min(u32::MAX as u64) as u32).max(1);
+    call.launch(c"symm_allgather", grid, &mut a)
+}

@@ -1,0 +1,360 @@
+//! Collectives on the caller's stream: argument checks, how each rank's
+//! input reaches the others, algorithm and grid choice, and the launch.
+//! One file per collective builds its kernel arguments from a [`Call`].
+//!
+//! Inputs reach peers in one of two ways:
+//! - **direct** (zero-copy): the input lies in a symmetric or registered
+//!   buffer, so peers read it where it is; the kernel then ends with a sync
+//!   so the buffer is not overwritten while peers still read it;
+//! - **staged**: the kernel first copies the input into this rank's
+//!   symmetric scratch, in rounds of at most half the scratch, alternating
+//!   halves so that copying round k+1 overlaps peers reading round k.
+//!
+//! Kernels compare a token naming the direct buffer at their first sync, so
+//! ranks that disagree (one passes a registered buffer, another does not)
+//! fail with an error instead of reading the wrong memory.
+
+pub mod allgather;
+pub mod allreduce;
+pub mod alltoall;
+pub mod broadcast;
+pub mod copy_engine;
+pub mod p2p;
+pub mod reduce;
+pub mod reduce_scatter;
+
+use std::ffi::{c_void, CStr};
+
+use cudarc::driver::sys::CUstream;
+
+use crate::comm::Comm;
+use crate::cuda::abi::{self, CollArgs, OpId, COLL_MAX_BLOCKS, COLL_THREADS, MAX_RANKS};
+use crate::cuda::launch::{self, LaunchConfig};
+use crate::error::{bail, Result};
+use crate::ffi::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
+use crate::memory::index::BufferEntry;
+
+/// Collective ids (`SymmCollId`), for descriptors and messages.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollId {
+    AllReduce = 1,
+    AllGather = 2,
+    ReduceScatter = 3,
+    Broadcast = 4,
+    Reduce = 5,
+    AllToAll = 6,
+}
+
+impl CollId {
+    pub fn from_raw(v: u32) -> Option<CollId> {
+        use CollId::*;
+        [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll].into_iter().find(|c| *c as u32 == v)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollId::AllReduce => "symmAllReduce",
+            CollId::AllGather => "symmAllGather",
+            CollId::ReduceScatter => "symmReduceScatter",
+            CollId::Broadcast => "symmBroadcast",
+            CollId::Reduce => "symmReduce",
+            CollId::AllToAll => "symmAllToAll",
+        }
+    }
+}
+
+/// `SYMM_ALGO`: all-reduce algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    Auto,
+    OneShot,
+    TwoShot,
+}
+
+/// Above this size (bytes) all-reduce over more than two ranks uses
+/// two-shot: it moves 2(n-1)/n of the data per rank instead of (n-1).
+/// With two ranks both move the same and one-shot syncs less.
+const TWO_SHOT_MIN_BYTES: u64 = 256 << 10;
+
+/// Bytes each block moves per round before it is worth another block.
+const BYTES_PER_BLOCK: u64 = 64 << 10;
+
+/// A validated collective call, as every collective's file sees it.
+pub struct Call<'a> {
+    pub comm: &'a Comm,
+    pub coll: CollId,
+    pub dtype: symmDataType_t,
+    pub op: symmRedOp_t,
+    pub root: usize,
+    /// Elements: per rank block for all-gather (send count), reduce-scatter
+    /// (recv count) and all-to-all (per peer); the whole vector otherwise.
+    pub count: u64,
+    pub send: u64,
+    pub recv: u64,
+    pub stream: CUstream,
+    /// The symmetric or registered buffer holding the input, if any.
+    pub send_buf: Option<BufferEntry>,
+}
+
+impl Call<'_> {
+    pub fn elem_size(&self) -> u64 {
+        self.dtype.size() as u64
+    }
+
+    /// The arguments every kernel shares; collectives fill in the rest.
+    pub fn args(&self) -> CollArgs {
+        let c = self.comm;
+        let mut a = c.coll_template(OpId::Collective);
+        a.send = self.send;
+        a.recv = self.recv;
+        a.count = self.count;
+        a.chunk = self.count.max(1);
+        a.op = self.op as u32;
+        a.root = self.root as u32;
+        a.coll = self.coll as u32;
+        a.dtype = self.dtype as u32;
+        a.elem_size = self.dtype.size() as u32;
+        if c.coll.check {
+            a.mode |= abi::MODE_CHECK;
+        }
+        a
+    }
+
+    /// Let peers read the input where it is: every rank's copy, plus the
+    /// token peers compare. Only when the input is in a symmetric or
+    /// registered buffer (`offset` bytes into it for this call's part).
+    pub fn direct(&self, a: &mut CollArgs) -> bool {
+        let Some(e) = &self.send_buf else { return false };
+        let off = self.send - e.start;
+        for r in 0..self.comm.nranks {
+            a.src[r] = e.peers[r] + off;
+        }
+        // Nonzero; equal on two ranks only for the same buffer at the same offset.
+        let h = fnv(&[e.id, off]);
+        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+        a.mode |= abi::MODE_END_SYNC;
+        true
+    }
+
+    /// Stage the input through scratch, in rounds of `chunk` elements.
+    pub fn staged(&self, a: &mut CollArgs, chunk: u64) -> Result<()> {
+        if chunk == 0 {
+            bail!(symmInternalError, "scratch too small for one element");
+        }
+        a.mode |= abi::MODE_STAGED;
+        a.chunk = chunk;
+        Ok(())
+    }
+
+    /// Elements of this call's type that fit in `parts` equal parts of a
+    /// scratch half, rounded down to whole 16-byte vectors.
+    pub fn scratch_elems(&self, parts: u64) -> u64 {
+        let sz = self.elem_size();
+        let per = self.comm.coll.half / parts / 16 * 16;
+        per / sz
+    }
+
+    /// Blocks for moving `bytes` per rank: enough to keep the links busy,
+    /// never more than the slowest rank's SM count allows, the same on
+    /// every rank.
+    pub fn grid(&self, bytes: u64) -> u32 {
+        let max = self.comm.coll.max_grid as u64;
+        bytes.div_ceil(BYTES_PER_BLOCK).clamp(1, max) as u32
+    }
+
+    /// Launch `kernel` on the call's stream.
+    pub fn launch(&self, kernel: &'static CStr, grid: u32, a: &mut CollArgs) -> Result<()> {
+        let dev = &self.comm.device;
+        let _cur = dev.make_current()?;
+        let f = dev.module().function(kernel)?;
+        let mut params = [(a as *mut CollArgs).cast::<c_void>()];
+        launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, self.stream, &mut params)
+    }
+}
+
+fn fnv(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Per-communicator state of the collectives, made at init.
+pub struct CollState {
+    /// Rank r's scratch base, as seen here: [in 0][in 1][out 0][out 1].
+    pub scratch: [u64; MAX_RANKS],
+    /// Bytes of one scratch half.
+    pub half: u64,
+    /// Rank r's point-to-point staging slots, as seen here.
+    pub p2p_slots: [u64; MAX_RANKS],
+    pub p2p_slot_bytes: u64,
+    /// Largest grid: the same on every rank.
+    pub max_grid: u32,
+    pub check: bool,
+    pub algo: Algo,
+    /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
+    pub copy_engine: std::sync::atomic::AtomicBool,
+}
+
+impl CollState {
+    pub fn copy_engine(&self) -> bool {
+        self.copy_engine.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl CollState {
+    pub fn max_grid(min_sm_count: usize, ranks_on_my_gpu: usize) -> u32 {
+        // Ranks sharing a GPU (test-only mode) must all fit at once: their
+        // kernels wait on each other.
+        (min_sm_count / ranks_on_my_gpu.max(1)).clamp(1, COLL_MAX_BLOCKS) as u32
+    }
+}
+
+/// The checks every collective makes before it enqueues anything.
+pub struct Request {
+    pub coll: CollId,
+    pub send: *const c_void,
+    pub recv: *mut c_void,
+    pub count: usize,
+    pub dtype: RawDataType,
+    /// `None` for collectives without a reduction.
+    pub op: Option<RawRedOp>,
+    pub root: Option<i32>,
+    /// Elements of `send` and of `recv`, as multiples of `count`.
+    pub send_blocks: usize,
+    pub recv_blocks: usize,
+}
+
+impl Request {
+    /// A collective on `count` elements with one block of input and output
+    /// and no reduction or root; the builders below adjust it.
+    pub fn new(coll: CollId, send: *const c_void, recv: *mut c_void, count: usize, dtype: RawDataType) -> Request {
+        Request { coll, send, recv, count, dtype, op: None, root: None, send_blocks: 1, recv_blocks: 1 }
+    }
+
+    pub fn op(self, op: RawRedOp) -> Request {
+        Request { op: Some(op), ..self }
+    }
+
+    pub fn root(self, root: i32) -> Request {
+        Request { root: Some(root), ..self }
+    }
+
+    /// `send` and `recv` hold this many blocks of `count` elements.
+    pub fn blocks(self, send_blocks: usize, recv_blocks: usize) -> Request {
+        Request { send_blocks, recv_blocks, ..self }
+    }
+
+    /// Validate everything and classify the input; `Ok(None)` when there
+    /// is nothing to do (count 0).
+    pub fn validate<'a>(self, comm: &'a Comm, stream: CUstream) -> Result<Option<Call<'a>>> {
+        let Some(dtype) = symmDataType_t::from_raw(self.dtype) else {
+            bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t (0..{})", self.dtype, symmDataType_t::ALL.len() - 1);
+        };
+        let op = match self.op {
+            None => symmRedOp_t::symmSum,
+            Some(raw) => match symmRedOp_t::from_raw(raw) {
+                Some(op) => op,
+                None => bail!(symmInvalidArgument, "op {raw} is not a symmRedOp_t (0..{})", symmRedOp_t::ALL.len() - 1),
+            },
+        };
+        let root = match self.root {
+            None => 0,
+            Some(r) if r >= 0 && (r as usize) < comm.nranks => r as usize,
+            Some(r) => bail!(symmInvalidArgument, "root {r} is out of range for {} ranks", comm.nranks),
+        };
+        if comm.is_aborted() {
+            bail!(symmInvalidUsage, "the communicator was aborted");
+        }
+        if let Err(e) = comm.async_error() {
+            bail!(symmInvalidUsage, "the communicator has an asynchronous error and must be aborted: {}", e.msg);
+        }
+        let bytes = |blocks: usize| -> Result<usize> {
+            self.count
+                .checked_mul(dtype.size())
+                .and_then(|b| b.checked_mul(blocks))
+                .filter(|&b| b <= isize::MAX as usize)
+                .ok_or_else(|| crate::error::err!(symmInvalidArgument, "count {} x {} bytes x {blocks} overflows", self.count, dtype.size()))
+        };
+        let (send_bytes, recv_bytes) = (bytes(self.send_blocks)?, bytes(self.recv_blocks)?);
+        {
+            let _cur = comm.device.make_current()?;
+            launch::check_stream(&comm.device, stream)?;
+        }
+        if self.count == 0 {
+            return Ok(None);
+        }
+        let send_buf = if send_bytes > 0 { check_buffer(comm, self.send, send_bytes, "sendbuff")? } else { None };
+        if recv_bytes > 0 {
+            check_buffer(comm, self.recv, recv_bytes, "recvbuff")?;
+        }
+        Ok(Some(Call {
+            comm,
+            coll: self.coll,
+            dtype,
+            op,
+            root,
+            count: self.count as u64,
+            send: self.send as u64,
+            recv: self.recv as u64,
+            stream,
+            send_buf,
+        }))
+    }
+}
+
+/// A non-null buffer of `bytes` usable by this rank's GPU: a symmetric or
+/// registered buffer (returned), or plain device memory of this GPU.
+fn check_buffer(comm: &Comm, ptr: *const c_void, bytes: usize, name: &str) -> Result<Option<BufferEntry>> {
+    if ptr.is_null() {
+        bail!(symmInvalidArgument, "{name} is NULL");
+    }
+    if let Some(e) = comm.mem.find(ptr as u64, bytes as u64) {
+        return Ok(Some(e));
+    }
+    let _cur = comm.device.make_current()?;
+    launch::check_device_buffer(&comm.device, ptr, bytes, name)?;
+    Ok(None)
+}
+
+/// Kernel name for a reduction family and element type.
+pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
+    macro_rules! names {
+        ($($f:literal),*) => {
+            [$([
+                concat!("symm_", $f, "_i8\0"), concat!("symm_", $f, "_u8\0"), concat!("symm_", $f, "_i32\0"),
+                concat!("symm_", $f, "_u32\0"), concat!("symm_", $f, "_i64\0"), concat!("symm_", $f, "_u64\0"),
+                concat!("symm_", $f, "_f16\0"), concat!("symm_", $f, "_f32\0"), concat!("symm_", $f, "_f64\0"),
+                concat!("symm_", $f, "_bf16\0"), concat!("symm_", $f, "_f8e4m3\0"), concat!("symm_", $f, "_f8e5m2\0"),
+            ]),*]
+        };
+    }
+    static NAMES: [[&str; 12]; 3] = names!("allreduce", "reduce_scatter", "reduce");
+    let s = NAMES[family][dtype as usize];
+    CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
+}
+
+pub const FAMILY_ALLREDUCE: usize = 0;
+pub const FAMILY_REDUCE_SCATTER: usize = 1;
+pub const FAMILY_REDUCE: usize = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names() {
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE, symmDataType_t::symmBfloat16), c"symm_allreduce_bf16");
+        assert_eq!(reduce_kernel(FAMILY_REDUCE, symmDataType_t::symmFloat8e5m2), c"symm_reduce_f8e5m2");
+        assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER, symmDataType_t::symmInt8), c"symm_reduce_scatter_i8");
+    }
+
+    #[test]
+    fn coll_ids_round_trip() {
+        for v in 1..=6 {
+            assert_eq!(CollId::from_raw(v).unwrap() as u32, v);
+        }
+        assert!(CollId::from_raw(0).is_none());
+    }
+}

@@ -1,0 +1,233 @@
+//! Collectives and point-to-point, with NCCL's signatures and semantics:
+//! counts in elements, in place when sendbuff == recvbuff, enqueued on
+//! `stream`. Every argument is checked before anything is enqueued.
+
+use std::ffi::{c_int, c_void};
+
+use super::{boundary, comm_arg, types::*};
+use crate::coll::{self, CollId, Request};
+use crate::error::symmResult_t;
+use crate::group;
+
+fn collective(
+    api: &'static str,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+    req: Request,
+    run: impl FnOnce(&coll::Call) -> crate::error::Result<()>,
+) -> symmResult_t {
+    boundary(api, comm, || {
+        let c = comm_arg(comm)?;
+        match req.validate(&c, stream.cast())? {
+            Some(call) => run(&call),
+            None => Ok(()),
+        }
+    })
+}
+
+/// recvbuff = op over ranks of sendbuff (count elements).
+#[no_mangle]
+pub extern "C" fn symmAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: RawDataType,
+    op: RawRedOp,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let req = Request::new(CollId::AllReduce, sendbuff, recvbuff, count, datatype).op(op);
+    collective("symmAllReduce", comm, stream, req, coll::allreduce::all_reduce)
+}
+
+/// Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.
+#[no_mangle]
+pub extern "C" fn symmAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let nranks = nranks_of(comm);
+    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(1, nranks);
+    collective("symmAllGather", comm, stream, req, coll::allgather::all_gather)
+}
+
+/// All-gather that also reports progress: `flags` is a device array of
+/// nranks * ceil(sendcount / chunkCount) words, zero before the call; once
+/// chunk c (chunkCount elements) of rank r's block is in recvbuff, flag
+/// r * ceil(sendcount / chunkCount) + c is set to 1 (release, system scope),
+/// so a kernel on another stream can consume chunks as they arrive.
+#[no_mangle]
+pub extern "C" fn symmAllGatherWithProgress(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: RawDataType,
+    flags: *mut u32,
+    chunkCount: usize,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let nranks = nranks_of(comm);
+    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(1, nranks);
+    collective("symmAllGatherWithProgress", comm, stream, req, |call| {
+        if chunkCount == 0 {
+            crate::error::bail!(symmInvalidArgument, "chunkCount is 0");
+        }
+        if flags.is_null() {
+            crate::error::bail!(symmInvalidArgument, "flags is NULL");
+        }
+        if flags as usize % 4 != 0 {
+            crate::error::bail!(symmInvalidArgument, "flags ({flags:p}) is not 4-byte aligned");
+        }
+        coll::allgather::all_gather_progress(call, flags as u64, chunkCount as u64)
+    })
+}
+
+/// recvbuff (recvcount elements) = op over ranks of block `rank` of sendbuff.
+#[no_mangle]
+pub extern "C" fn symmReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: RawDataType,
+    op: RawRedOp,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let nranks = nranks_of(comm);
+    let req = Request::new(CollId::ReduceScatter, sendbuff, recvbuff, recvcount, datatype).op(op).blocks(nranks, 1);
+    collective("symmReduceScatter", comm, stream, req, coll::reduce_scatter::reduce_scatter)
+}
+
+/// Every rank's recvbuff = root's sendbuff (sendbuff is only read on root).
+#[no_mangle]
+pub extern "C" fn symmBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: RawDataType,
+    root: c_int,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let is_root = rank_of(comm) == Some(root);
+    let req = Request::new(CollId::Broadcast, sendbuff, recvbuff, count, datatype).root(root).blocks(is_root as usize, 1);
+    collective("symmBroadcast", comm, stream, req, coll::broadcast::broadcast)
+}
+
+/// root's recvbuff = op over ranks of sendbuff (recvbuff is only written on root).
+#[no_mangle]
+pub extern "C" fn symmReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: RawDataType,
+    op: RawRedOp,
+    root: c_int,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let is_root = rank_of(comm) == Some(root);
+    let req = Request::new(CollId::Reduce, sendbuff, recvbuff, count, datatype).op(op).root(root).blocks(1, is_root as usize);
+    collective("symmReduce", comm, stream, req, coll::reduce::reduce)
+}
+
+/// Equal-block all-to-all: block r (count elements) of recvbuff = block
+/// `rank` of rank r's sendbuff.
+#[no_mangle]
+pub extern "C" fn symmAllToAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let nranks = nranks_of(comm);
+    let req = Request::new(CollId::AllToAll, sendbuff, recvbuff, count, datatype).blocks(nranks, nranks);
+    collective("symmAllToAll", comm, stream, req, coll::alltoall::all_to_all)
+}
+
+/// Send count elements to `peer`, matched in order with its symmRecv.
+/// Inside symmGroupStart/End, launched with the group's other sends and
+/// receives at symmGroupEnd.
+#[no_mangle]
+pub extern "C" fn symmSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: RawDataType,
+    peer: c_int,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    point_to_point("symmSend", sendbuff, count, datatype, peer, true, comm, stream)
+}
+
+/// Receive count elements from `peer` (the same count it sends).
+#[no_mangle]
+pub extern "C" fn symmRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: RawDataType,
+    peer: c_int,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    point_to_point("symmRecv", recvbuff, count, datatype, peer, false, comm, stream)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn point_to_point(
+    api: &'static str,
+    buf: *const c_void,
+    count: usize,
+    datatype: RawDataType,
+    peer: c_int,
+    is_send: bool,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    boundary(api, comm, || {
+        let c = comm_arg(comm)?;
+        let Some(op) = coll::p2p::request(&c, buf, count, datatype, peer, is_send, stream.cast())? else {
+            return Ok(());
+        };
+        if group::active() {
+            group::defer_p2p(c, stream.cast(), op);
+            Ok(())
+        } else {
+            coll::p2p::launch_ops(&c, stream.cast(), &[op])
+        }
+    })
+}
+
+/// Ranks of a live communicator (1 for a bad handle: the call then fails
+/// on the handle check with the right message).
+fn nranks_of(comm: symmComm_t) -> usize {
+    comm_arg(comm).map_or(1, |c| c.nranks)
+}
+
+fn rank_of(comm: symmComm_t) -> Option<c_int> {
+    comm_arg(comm).ok().map(|c| c.rank as c_int)
+}
+
+/// Move all-gather and reduce-scatter data of this communicator with the
+/// copy engines (enable = 1) or with SM kernels (0, the default unless
+/// SYMM_COPY_ENGINE=1). The copy-engine path leaves the SMs to concurrent
+/// work: only its rank barriers (one warp) and reduce-scatter's final local
+/// reduction use them. Set it the same on every rank.
+#[no_mangle]
+pub extern "C" fn symmCommSetCopyEngine(comm: symmComm_t, enable: c_int) -> symmResult_t {
+    boundary("symmCommSetCopyEngine", comm, || {
+        let c = comm_arg(comm)?;
+        if !(0..=1).contains(&enable) {
+            crate::error::bail!(symmInvalidArgument, "enable is {enable}; pass 0 or 1");
+        }
+        c.coll.copy_engine.store(enable == 1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    })
+}
