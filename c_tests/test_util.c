@@ -51,6 +51,17 @@ void tu_skip_no_gpu(const char *reason) {
   exit(TU_SKIP);
 }
 
+void tu_skip(const char *fmt, ...) {
+  va_list ap;
+  fputs("skipped: ", stdout);
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fputc('\n', stdout);
+  fflush(stdout);
+  exit(TU_SKIP);
+}
+
 /* ---- small utilities -------------------------------------------------- */
 
 double tu_now(void) {
@@ -146,6 +157,27 @@ int tu_header_functions(const char *path, char (*names)[TU_NAME_MAX], int max) {
 struct tu_cuda_api tu_cu;
 static void *cuda_lib;
 
+/* The extended entries: resolved if present, required by tu_cuda_load_ext. */
+static const struct {
+  const char *name;
+  void *slot;
+} ext_syms[] = {
+    {"cuCtxGetCurrent", &tu_cu.cuCtxGetCurrent},
+    {"cuDeviceGetName", &tu_cu.cuDeviceGetName},
+    {"cuMemGetInfo_v2", &tu_cu.cuMemGetInfo},
+    {"cuModuleLoadData", &tu_cu.cuModuleLoadData},
+    {"cuModuleUnload", &tu_cu.cuModuleUnload},
+    {"cuModuleGetFunction", &tu_cu.cuModuleGetFunction},
+    {"cuLaunchKernel", &tu_cu.cuLaunchKernel},
+    {"cuStreamQuery", &tu_cu.cuStreamQuery},
+    {"cuStreamBeginCapture_v2", &tu_cu.cuStreamBeginCapture},
+    {"cuStreamEndCapture", &tu_cu.cuStreamEndCapture},
+    {"cuGraphInstantiateWithFlags", &tu_cu.cuGraphInstantiateWithFlags},
+    {"cuGraphLaunch", &tu_cu.cuGraphLaunch},
+    {"cuGraphExecDestroy", &tu_cu.cuGraphExecDestroy},
+    {"cuGraphDestroy", &tu_cu.cuGraphDestroy},
+};
+
 /* dlsym into a function-pointer slot; the POSIX-sanctioned conversion. */
 static int resolve(void *lib, const char *name, void *slot, char *reason, size_t len) {
   void *sym = dlsym(lib, name);
@@ -191,7 +223,25 @@ int tu_cuda_load(char *reason, size_t len) {
   }
   void *name_fn = dlsym(lib, "cuGetErrorName");
   memcpy(&tu_cu.cuGetErrorName, &name_fn, sizeof name_fn);
+  /* The extended set: absent entries stay NULL (see tu_cuda_load_ext). */
+  for (size_t i = 0; i < sizeof ext_syms / sizeof ext_syms[0]; i++) {
+    void *sym = dlsym(lib, ext_syms[i].name);
+    memcpy(ext_syms[i].slot, &sym, sizeof sym);
+  }
   cuda_lib = lib;
+  return 0;
+}
+
+int tu_cuda_load_ext(char *reason, size_t len) {
+  if (tu_cuda_load(reason, len) != 0) return -1;
+  for (size_t i = 0; i < sizeof ext_syms / sizeof ext_syms[0]; i++) {
+    void *sym;
+    memcpy(&sym, ext_syms[i].slot, sizeof sym);
+    if (!sym) {
+      snprintf(reason, len, "libcuda.so.1 lacks %s", ext_syms[i].name);
+      return -1;
+    }
+  }
   return 0;
 }
 

@@ -48,6 +48,10 @@ int tu_finish(const char *test_name);
 /* Print "skipped: no CUDA device (<reason>)" and exit with TU_SKIP. */
 void tu_skip_no_gpu(const char *reason) __attribute__((noreturn));
 
+/* Print "skipped: <printf-style reason>" and exit with TU_SKIP (for tests
+ * that need more than "a GPU", e.g. two of them). */
+void tu_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
 /* ---- small utilities -------------------------------------------------- */
 
 /* Monotonic clock in seconds. */
@@ -93,6 +97,17 @@ typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
 /* The same struct the symmcomm header uses, so streams pass straight through. */
 typedef struct CUstream_st *CUstream;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+
+/* The few driver constants the tests use (values from cuda.h). */
+#define TU_CUDA_ERROR_NOT_READY 600
+#define TU_CU_STREAM_NON_BLOCKING 1u
+#define TU_CU_STREAM_CAPTURE_MODE_GLOBAL 0
+#define TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
+#define TU_CU_STREAM_CAPTURE_MODE_RELAXED 2
 
 struct tu_cuda_api {
   CUresult (*cuInit)(unsigned int flags);
@@ -110,6 +125,25 @@ struct tu_cuda_api {
   CUresult (*cuStreamDestroy)(CUstream stream); /* cuStreamDestroy_v2 */
   /* Optional (NULL if absent): only used to name errors. */
   CUresult (*cuGetErrorName)(CUresult err, const char **name);
+  /* Extended set: resolved when present, NULL otherwise (tu_cuda_load does
+   * not fail for them). Drivers that load modules, launch kernels or
+   * capture graphs call tu_cuda_load_ext, which requires all of them. */
+  CUresult (*cuCtxGetCurrent)(CUcontext *ctx);
+  CUresult (*cuDeviceGetName)(char *name, int len, CUdevice dev);
+  CUresult (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes); /* cuMemGetInfo_v2 */
+  CUresult (*cuModuleLoadData)(CUmodule *module, const void *image);
+  CUresult (*cuModuleUnload)(CUmodule module);
+  CUresult (*cuModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
+  CUresult (*cuLaunchKernel)(CUfunction fn, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                             unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                             unsigned int shared_bytes, CUstream stream, void **params, void **extra);
+  CUresult (*cuStreamQuery)(CUstream stream);
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode); /* cuStreamBeginCapture_v2 */
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph *graph);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+  CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
+  CUresult (*cuGraphDestroy)(CUgraph graph);
 };
 
 /* Filled by tu_cuda_load. */
@@ -118,6 +152,10 @@ extern struct tu_cuda_api tu_cu;
 /* dlopen libcuda.so.1 and resolve every entry of tu_cu. 0 on success,
  * else -1 with `reason` set. Idempotent. Does not call cuInit. */
 int tu_cuda_load(char *reason, size_t len);
+
+/* tu_cuda_load, then require the extended entries too (-1 + reason naming
+ * the first missing one). */
+int tu_cuda_load_ext(char *reason, size_t len);
 
 /* cuInit, then make device `ordinal`'s primary context current on this
  * thread (what a rank does before symmCommInitRank). 0 or -1 + reason. */
