@@ -211,6 +211,27 @@ impl CollState {
     }
 }
 
+/// How many `count`-element blocks a buffer holds, relative to the
+/// communicator (resolved in [`Request::validate`], which has it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocks {
+    One,
+    /// One per rank (all-gather output, reduce-scatter input, all-to-all).
+    PerRank,
+    /// One on the root, none elsewhere (broadcast input, reduce output).
+    RootOnly,
+}
+
+impl Blocks {
+    fn resolve(self, comm: &Comm, root: usize) -> usize {
+        match self {
+            Blocks::One => 1,
+            Blocks::PerRank => comm.nranks,
+            Blocks::RootOnly => (comm.rank == root) as usize,
+        }
+    }
+}
+
 /// The checks every collective makes before it enqueues anything.
 pub struct Request {
     pub coll: CollId,
@@ -222,15 +243,15 @@ pub struct Request {
     pub op: Option<RawRedOp>,
     pub root: Option<i32>,
     /// Elements of `send` and of `recv`, as multiples of `count`.
-    pub send_blocks: usize,
-    pub recv_blocks: usize,
+    pub send_blocks: Blocks,
+    pub recv_blocks: Blocks,
 }
 
 impl Request {
     /// A collective on `count` elements with one block of input and output
     /// and no reduction or root; the builders below adjust it.
     pub fn new(coll: CollId, send: *const c_void, recv: *mut c_void, count: usize, dtype: RawDataType) -> Request {
-        Request { coll, send, recv, count, dtype, op: None, root: None, send_blocks: 1, recv_blocks: 1 }
+        Request { coll, send, recv, count, dtype, op: None, root: None, send_blocks: Blocks::One, recv_blocks: Blocks::One }
     }
 
     pub fn op(self, op: RawRedOp) -> Request {
@@ -241,8 +262,8 @@ impl Request {
         Request { root: Some(root), ..self }
     }
 
-    /// `send` and `recv` hold this many blocks of `count` elements.
-    pub fn blocks(self, send_blocks: usize, recv_blocks: usize) -> Request {
+    /// `send` and `recv` hold these many blocks of `count` elements.
+    pub fn blocks(self, send_blocks: Blocks, recv_blocks: Blocks) -> Request {
         Request { send_blocks, recv_blocks, ..self }
     }
 
@@ -270,7 +291,8 @@ impl Request {
         if let Err(e) = comm.async_error() {
             bail!(symmInvalidUsage, "the communicator has an asynchronous error and must be aborted: {}", e.msg);
         }
-        let bytes = |blocks: usize| -> Result<usize> {
+        let bytes = |blocks: Blocks| -> Result<usize> {
+            let blocks = blocks.resolve(comm, root);
             self.count
                 .checked_mul(dtype.size())
                 .and_then(|b| b.checked_mul(blocks))

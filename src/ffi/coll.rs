@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::{boundary, comm_arg, types::*};
-use crate::coll::{self, CollId, Request};
+use crate::coll::{self, Blocks, CollId, Request};
 use crate::error::symmResult_t;
 use crate::group;
 
@@ -50,8 +50,7 @@ pub extern "C" fn symmAllGather(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let nranks = nranks_of(comm);
-    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(1, nranks);
+    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(Blocks::One, Blocks::PerRank);
     collective("symmAllGather", comm, stream, req, coll::allgather::all_gather)
 }
 
@@ -71,8 +70,7 @@ pub extern "C" fn symmAllGatherWithProgress(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let nranks = nranks_of(comm);
-    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(1, nranks);
+    let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(Blocks::One, Blocks::PerRank);
     collective("symmAllGatherWithProgress", comm, stream, req, |call| {
         if chunkCount == 0 {
             crate::error::bail!(symmInvalidArgument, "chunkCount is 0");
@@ -98,8 +96,7 @@ pub extern "C" fn symmReduceScatter(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let nranks = nranks_of(comm);
-    let req = Request::new(CollId::ReduceScatter, sendbuff, recvbuff, recvcount, datatype).op(op).blocks(nranks, 1);
+    let req = Request::new(CollId::ReduceScatter, sendbuff, recvbuff, recvcount, datatype).op(op).blocks(Blocks::PerRank, Blocks::One);
     collective("symmReduceScatter", comm, stream, req, coll::reduce_scatter::reduce_scatter)
 }
 
@@ -114,8 +111,7 @@ pub extern "C" fn symmBroadcast(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let is_root = rank_of(comm) == Some(root);
-    let req = Request::new(CollId::Broadcast, sendbuff, recvbuff, count, datatype).root(root).blocks(is_root as usize, 1);
+    let req = Request::new(CollId::Broadcast, sendbuff, recvbuff, count, datatype).root(root).blocks(Blocks::RootOnly, Blocks::One);
     collective("symmBroadcast", comm, stream, req, coll::broadcast::broadcast)
 }
 
@@ -131,8 +127,7 @@ pub extern "C" fn symmReduce(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let is_root = rank_of(comm) == Some(root);
-    let req = Request::new(CollId::Reduce, sendbuff, recvbuff, count, datatype).op(op).root(root).blocks(1, is_root as usize);
+    let req = Request::new(CollId::Reduce, sendbuff, recvbuff, count, datatype).op(op).root(root).blocks(Blocks::One, Blocks::RootOnly);
     collective("symmReduce", comm, stream, req, coll::reduce::reduce)
 }
 
@@ -147,8 +142,7 @@ pub extern "C" fn symmAllToAll(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let nranks = nranks_of(comm);
-    let req = Request::new(CollId::AllToAll, sendbuff, recvbuff, count, datatype).blocks(nranks, nranks);
+    let req = Request::new(CollId::AllToAll, sendbuff, recvbuff, count, datatype).blocks(Blocks::PerRank, Blocks::PerRank);
     collective("symmAllToAll", comm, stream, req, coll::alltoall::all_to_all)
 }
 
@@ -203,16 +197,6 @@ fn point_to_point(
             coll::p2p::launch_ops(&c, stream.cast(), &[op])
         }
     })
-}
-
-/// Ranks of a live communicator (1 for a bad handle: the call then fails
-/// on the handle check with the right message).
-fn nranks_of(comm: symmComm_t) -> usize {
-    comm_arg(comm).map_or(1, |c| c.nranks)
-}
-
-fn rank_of(comm: symmComm_t) -> Option<c_int> {
-    comm_arg(comm).ok().map(|c| c.rank as c_int)
 }
 
 /// Move all-gather and reduce-scatter data of this communicator with the

@@ -51,10 +51,6 @@ impl OffsetAllocator {
     pub fn free_bytes(&self) -> usize {
         self.free.values().sum()
     }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
 }
 
 #[cfg(test)]

@@ -55,14 +55,6 @@ impl BufferIndex {
             e.peers[..nranks].iter().any(|&p| addr >= p && addr.checked_add(len).is_some_and(|end| end <= p + e.len))
         })
     }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -169,12 +169,6 @@ impl CommMemory {
         }
     }
 
-    /// Number of live symmetric allocations and registrations (tests, leaks).
-    pub fn live_counts(&self) -> (usize, usize) {
-        let st = self.state.lock();
-        (st.allocs.len(), st.regs.len())
-    }
-
     fn publish(&self, st: &MemState) {
         let entries = st.allocs.values().map(|a| a.entry).chain(st.regs.values().map(|r| r.entry)).collect();
         self.index.update(|_| BufferIndex::new(entries));
