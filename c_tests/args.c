@@ -339,7 +339,7 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          "root -1");
   EXPECT(symmReduce(FAKE_PTR, FAKE_PTR, 4, symmInt8, symmMin, 7, a, NULL), symmInvalidArgument, a, "symmReduce",
          "root 7");
-  EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, SIZE_MAX / 3, symmInt8, a, NULL), symmInvalidArgument, a, "symmAllToAll",
+  EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, SIZE_MAX / 3, symmInt64, a, NULL), symmInvalidArgument, a, "symmAllToAll",
          "overflow");
   EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
   EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");

@@ -68,6 +68,11 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 // block of the same index on the other ranks.
 #define SYMM_COLL_MAX_BLOCKS 128
 
+// SymmCollArgs::epochs holds 4 rows of SYMM_COLL_MAX_BLOCKS words: per-block
+// sync epochs, staged rounds, kernels run (coll.cuh), then the LL packets'
+// call epoch and finished-block count (ll.cuh) at this index.
+#define SYMM_COLL_LL_COUNTERS (3 * SYMM_COLL_MAX_BLOCKS)
+
 // Flags of SymmCollArgs::mode.
 #define SYMM_COLL_STAGED 1u     // inputs are copied into scratch first
 #define SYMM_COLL_END_SYNC 2u   // peers read our user buffers: wait for them at the end
@@ -97,6 +102,7 @@ struct SymmCollArgs {
   uint32_t* peer_check[SYMM_MAX_RANKS];
   const char* src[SYMM_MAX_RANKS];      // zero-copy: rank r's input buffer
   char* scratch[SYMM_MAX_RANKS];        // rank r's scratch (two halves of `half` bytes, in then out)
+  char* ll[SYMM_MAX_RANKS];             // rank r's LL packet slots [parity][source] (ll.cuh)
   const char* send;                     // this rank's input
   char* recv;                           // this rank's output
   uint32_t* progress;                   // SYMM_COLL_PROGRESS: flags[rank][chunk]
@@ -104,12 +110,13 @@ struct SymmCollArgs {
   uint64_t chunk;                       // elements per staged round
   uint64_t unit;                        // elements per work unit (progress chunk), 0 = even split
   uint64_t half;                        // bytes of one scratch half
+  uint64_t ll_slot;                     // bytes of one LL slot
   uint32_t rank, nranks, op, root;
   uint32_t mode, coll, dtype, elem_size;
   uint32_t token;                       // which user buffer peers read (0: staged); must match
   uint32_t pad;
 };
-static_assert(sizeof(SymmCollArgs) == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 8 + 8 + 8 + 32 + 32 + 8,
+static_assert(sizeof(SymmCollArgs) == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 40 + 32 + 8,
               "SymmCollArgs layout");
 
 // ---- Point-to-point ------------------------------------------------------
@@ -125,7 +132,7 @@ struct SymmP2POp {
   uint32_t is_send;
 };
 
-// Data goes through the sender's staging slots: [receiver][2][slot_bytes].
+// Data goes through the receiver's staging slots: [sender][2][slot_bytes].
 // Flags (uint32, in each rank's pad):
 //   ready[block][sender]   in the receiver's pad: chunks the sender has staged
 //   done[block][receiver]  in the sender's pad: chunks the receiver has taken

@@ -3,7 +3,7 @@
 // elements and, as each unit of each rank lands in this rank's output, the
 // flag progress[r * units_per_rank + unit] is set to 1 (release, system
 // scope), so a consumer on another stream can start on it.
-#include "coll.cuh"
+#include "ll.cuh"
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArgs a) {
   SYMM_COLL_PROLOGUE(a, s)
@@ -50,4 +50,27 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
     }
   }
   SYMM_COLL_EPILOGUE(a, s)
+}
+
+// LL for small blocks: every rank sends its input to every peer as LL
+// packets; each rank copies its own block locally and unpacks the others.
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_ll(SymmCollArgs a) {
+  const LLState s = ll_begin(a);
+  const uint64_t n = a.count * a.elem_size, units = (n + 7) / 8, stride = symm_grid_stride();
+  for (uint64_t u = symm_thread_index(); u < units; u += stride) {
+    const uint2 v = ll_load_unit(a.send, u, n);
+    for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+    // In place (send = recv + rank * n) this stores what was just read.
+    ll_store_unit(a.recv + a.rank * n, u, n, v);
+  }
+  bool ok = true;
+  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
+    for (uint32_t k = 1; ok && k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;
+      uint2 v;
+      ok = ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &v);
+      if (ok) ll_store_unit(a.recv + r * n, u, n, v);
+    }
+  }
+  ll_end(a, s, ok);
 }

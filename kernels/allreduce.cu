@@ -4,7 +4,7 @@
 // every rank gathers all slices (two syncs per round; less traffic for more
 // than 2 ranks). Inputs come straight from peers' symmetric or registered
 // buffers, or from scratch after a copy-in (staged), in rounds of a.chunk.
-#include "coll.cuh"
+#include "ll.cuh"
 
 template <typename T, int OP>
 __device__ void allreduce_body(const SymmCollArgs& a) {
@@ -50,3 +50,27 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
 }
 
 SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce)
+
+// LL one-shot for small messages: every rank sends its whole input to every
+// peer as LL packets, then reduces what arrived, in rank order. No sync, no
+// staging copy, any input buffer (ll.cuh).
+template <typename T, int OP>
+__device__ void allreduce_ll_body(const SymmCollArgs& a) {
+  const LLState s = ll_begin(a);
+  const uint64_t n = a.count * sizeof(T), units = (n + 7) / 8, stride = symm_grid_stride();
+  for (uint64_t u = symm_thread_index(); u < units; u += stride) {
+    const uint2 v = ll_load_unit(a.send, u, n);
+    for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+  }
+  bool ok = true;
+  // In place is safe: unit u of the input is read (again) by the thread
+  // that writes unit u of the output, just before.
+  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
+    uint2 out;
+    ok = ll_reduce_unit<T, OP>(a, s, a.send, u, n, &out);
+    if (ok) ll_store_unit(a.recv, u, n, out);
+  }
+  ll_end(a, s, ok);
+}
+
+SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce_ll)

@@ -85,10 +85,15 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
     const uint4* s = reinterpret_cast<const uint4*>(src + head);
     uint4* d = reinterpret_cast<uint4*>(dst + head);
     uint64_t i = t;
-    // Four loads in flight per thread before the first store.
-    for (; i + 3 * nt < nvec; i += 4 * nt) {
-      uint4 v0 = s[i], v1 = s[i + nt], v2 = s[i + 2 * nt], v3 = s[i + 3 * nt];
-      d[i] = v0; d[i + nt] = v1; d[i + 2 * nt] = v2; d[i + 3 * nt] = v3;
+    // Eight loads in flight per thread before the first store: a peer's
+    // memory is microseconds away, and only bytes in flight hide that.
+    constexpr uint32_t U = 8;
+    for (; i + (U - 1) * nt < nvec; i += U * nt) {
+      uint4 v[U];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k) v[k] = s[i + k * nt];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k) d[i + k * nt] = v[k];
     }
     for (; i < nvec; i += nt) d[i] = s[i];
     const uint64_t done = head + nvec * 16;
@@ -124,7 +129,35 @@ __device__ __forceinline__ void reduce_elems(T* dst, const T* const* srcs, uint3
   const uint64_t tail = head + nvec * E;
   for (uint64_t i = t; i < head; i += nt) reduce_one<T, OP>(dst, srcs, nsrc, i, nranks);
   union Pack { uint4 v; T e[E]; };
-  for (uint64_t v = t; v < nvec; v += nt) {
+  // Main loop: U vectors per thread, so U loads per source are in flight.
+  constexpr uint32_t U = 4;
+  uint64_t v0 = t;
+  for (; v0 + (U - 1) * nt < nvec; v0 += U * nt) {
+    Pack in[U];
+    A acc[U][E];
+#pragma unroll
+    for (uint32_t j = 0; j < U; ++j) in[j].v = reinterpret_cast<const uint4*>(srcs[0] + head)[v0 + j * nt];
+#pragma unroll
+    for (uint32_t j = 0; j < U; ++j)
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) acc[j][k] = to_acc(in[j].e[k]);
+    for (uint32_t r = 1; r < nsrc; ++r) {
+#pragma unroll
+      for (uint32_t j = 0; j < U; ++j) in[j].v = reinterpret_cast<const uint4*>(srcs[r] + head)[v0 + j * nt];
+#pragma unroll
+      for (uint32_t j = 0; j < U; ++j)
+#pragma unroll
+        for (uint32_t k = 0; k < E; ++k) acc[j][k] = combine<OP>(acc[j][k], to_acc(in[j].e[k]));
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < U; ++j) {
+      Pack out;
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) out.e[k] = from_acc<T>(finalize<OP>(acc[j][k], nranks));
+      reinterpret_cast<uint4*>(dst + head)[v0 + j * nt] = out.v;
+    }
+  }
+  for (uint64_t v = v0; v < nvec; v += nt) {
     Pack in;
     in.v = reinterpret_cast<const uint4*>(srcs[0] + head)[v];
     A acc[E];

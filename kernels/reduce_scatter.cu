@@ -1,6 +1,6 @@
 // Reduce-scatter: rank r's output is the reduction of block r (a.count
 // elements) of every rank's input.
-#include "coll.cuh"
+#include "ll.cuh"
 
 // The copy-engine path's last step: the peers' blocks were already copied
 // next to each other here; reduce them, touching only local memory.
@@ -46,3 +46,26 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
 }
 
 SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter)
+
+// LL for small blocks: every rank sends block r of its input to rank r as
+// LL packets, then reduces its own block from what arrived (ll.cuh).
+template <typename T, int OP>
+__device__ void reduce_scatter_ll_body(const SymmCollArgs& a) {
+  const LLState s = ll_begin(a);
+  const uint64_t n = a.count * sizeof(T), units = (n + 7) / 8, stride = symm_grid_stride();
+  for (uint64_t u = symm_thread_index(); u < units; u += stride) {
+    for (uint32_t k = 1; k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;
+      ll_put(ll_slot(a, r, s.parity, a.rank) + u, ll_load_unit(a.send + r * n, u, n), s.flag);
+    }
+  }
+  bool ok = true;
+  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
+    uint2 out;
+    ok = ll_reduce_unit<T, OP>(a, s, a.send + a.rank * n, u, n, &out);
+    if (ok) ll_store_unit(a.recv, u, n, out);
+  }
+  ll_end(a, s, ok);
+}
+
+SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter_ll)

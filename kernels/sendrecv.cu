@@ -5,10 +5,13 @@
 // pairing with block j of the matching receive.
 //
 // Per chunk k of a channel (sender -> receiver, block j): the sender waits
-// until the receiver has taken chunk k-2 (it reuses that slot), stages its
-// slice in slot k%2, and publishes ready = k+1; the receiver waits for it,
-// copies the slice out and publishes done = k+1. The counters persist in
-// device memory, so later launches (and graph replays) continue the series.
+// until the receiver has taken chunk k-2 (it reuses that slot), writes its
+// slice into slot k%2 in the receiver's memory, and publishes ready = k+1;
+// the receiver waits for it, copies the slice out of its own memory and
+// publishes done = k+1. Pushing (remote stores, which need no round trip)
+// rather than pulling keeps the link busy with few blocks. The counters
+// persist in device memory, so later launches (and graph replays) continue
+// the series.
 #include "coll.cuh"
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs a) {
@@ -35,7 +38,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
     lo = min(lo, len);
     hi = min(hi, len);
     if (op.is_send) {
-      char* slot = a.slots + ((uint64_t)peer * 2 + (k & 1)) * a.slot_bytes;
+      char* slot = a.peer_slots[peer] + ((uint64_t)a.rank * 2 + (k & 1)) * a.slot_bytes;
       if (threadIdx.x == 0) {
         // Slot k%2 last held chunk k-2: wait until the receiver took it
         // (done >= k-1; trivially true for the first two chunks).
@@ -59,7 +62,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
       }
       __syncthreads();
       if (failed) return;
-      const char* slot = a.peer_slots[peer] + ((uint64_t)a.rank * 2 + (k & 1)) * a.slot_bytes;
+      const char* slot = a.slots + ((uint64_t)peer * 2 + (k & 1)) * a.slot_bytes;
       copy_bytes(reinterpret_cast<char*>(op.buf) + off + lo, slot + lo, hi - lo);
       __syncthreads();
       if (threadIdx.x == 0) {

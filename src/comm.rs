@@ -16,7 +16,7 @@ use crate::cuda::cu;
 use crate::cuda::device::{self, Device};
 use crate::error::{bail, err, symmResult_t, Error, Result};
 use crate::memory::pad::{self, SignalPads};
-use crate::coll::{Algo, CollState};
+use crate::coll::{Algo, CollState, LL_MAX_BYTES};
 use crate::memory::{symmetric, CommMemory, SymmSpace};
 
 /// What every rank tells the others at init.
@@ -263,6 +263,7 @@ impl Comm {
             peer_check,
             src: [0; MAX_RANKS],
             scratch: self.coll.scratch,
+            ll: self.coll.ll,
             send: 0,
             recv: 0,
             progress: 0,
@@ -270,6 +271,7 @@ impl Comm {
             chunk: 0,
             unit: 0,
             half: self.coll.half,
+            ll_slot: self.coll.ll_slot,
             rank: self.rank as u32,
             nranks: self.nranks as u32,
             op: 0,
@@ -407,15 +409,20 @@ fn coll_state(p: &Parts) -> Result<CollState> {
     let half = (cfg.scratch_bytes / 4 / 4096 * 4096).max(4096);
     let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
     let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
+    let ll_slot = 2 * LL_MAX_BYTES as usize; // a packet carries 8 data bytes in 16
+    let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
     let mut p2p_slots = [0u64; MAX_RANKS];
+    let mut ll_slots = [0u64; MAX_RANKS];
     for r in 0..nranks {
         scratch[r] = p.mem.space.slot(r) + base;
         p2p_slots[r] = p.mem.space.slot(r) + p2p;
+        ll_slots[r] = p.mem.space.slot(r) + ll;
     }
     let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
     let sharing = p.peers.iter().filter(|q| q.pci_bus_id == p.peers[p.rank].pci_bus_id).count();
     let algo = match cfg.algo.as_str() {
+        "ll" => Algo::Ll,
         "oneshot" | "one_shot" | "one-shot" => Algo::OneShot,
         "twoshot" | "two_shot" | "two-shot" => Algo::TwoShot,
         _ => Algo::Auto,
@@ -425,10 +432,13 @@ fn coll_state(p: &Parts) -> Result<CollState> {
         half: half as u64,
         p2p_slots,
         p2p_slot_bytes: P2P_SLOT_BYTES as u64,
+        ll: ll_slots,
+        ll_slot: ll_slot as u64,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
         algo,
         copy_engine: cfg.copy_engine.into(),
+        checks: Default::default(),
     })
 }
 

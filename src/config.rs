@@ -28,7 +28,8 @@ pub struct Config {
     /// `SYMM_TIMEOUT` in seconds (default 120): longest a kernel spins
     /// waiting for a peer before it records a timeout and exits.
     pub timeout: Duration,
-    /// `SYMM_ALGO`: all-reduce algorithm, `auto` (default), `oneshot` or `twoshot`.
+    /// `SYMM_ALGO`: `auto` (default); `ll` (LL packets wherever they fit);
+    /// `oneshot` or `twoshot` (that all-reduce algorithm, and no LL).
     pub algo: String,
     /// `SYMM_CHECK=1`: every collective also compares (collective, count,
     /// dtype, op, root) across ranks on the device and fails on a mismatch.

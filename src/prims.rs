@@ -97,7 +97,7 @@ fn check_word(comm: &Comm, addr: *const c_void) -> Result<()> {
         return Ok(());
     }
     let _cur = comm.device.make_current()?;
-    launch::check_device_buffer(&comm.device, addr, 4, "address")
+    launch::check_device_buffer(&comm.device, addr, 4, "address").map(|_| ())
 }
 
 /// Store `value` at `addr` after the stream's earlier work (release, system scope).

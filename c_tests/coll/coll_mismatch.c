@@ -15,8 +15,9 @@
  *  count  (SYMM_CHECK=1; the driver sets it): rank 1 passes a different
  *         count to all-reduce (plain buffers, and symmetric ones); also a
  *         different collective, dtype, op and broadcast root.
- *  token  (SYMM_CHECK=0; the driver sets it): the layout token check that is
- *         always on. Rank 0 passes a symmetric sendbuff, rank 1 a plain one
+ *  token  (SYMM_CHECK=0, SYMM_ALGO=oneshot; the driver sets them): the layout
+ *         token check that is always on where peers read each other's
+ *         buffers (LL packets, used for small messages, never do). Rank 0 passes a symmetric sendbuff, rank 1 a plain one
  *         (all-reduce, all-gather, reduce-scatter, reduce, all-to-all), a
  *         registered vs a plain one, and symmetric buffers at different
  *         offsets.
@@ -227,6 +228,7 @@ int main(int argc, char **argv) {
     printf("coll_mismatch %s: setting SYMM_CHECK=%s (was %s)\n", argv[2], want, have ? have : "unset");
     setenv("SYMM_CHECK", want, 1);
   }
+  if (g_token) setenv("SYMM_ALGO", "oneshot", 1);
   setenv("SYMM_TIMEOUT", "20", 0);
   return cw_main(g_token ? "coll_token_mismatch" : "coll_check_mismatch", "mp,all", argc, argv, 270, body, NULL,
                  NULL);

@@ -1,4 +1,5 @@
-//! symmAllGather, optionally with a progress flag per landed chunk.
+//! symmAllGather (LL packets for small blocks), optionally with a progress
+//! flag per landed chunk.
 
 use super::Call;
 use crate::cuda::abi::{CollArgs, MODE_PROGRESS};
@@ -49,6 +50,10 @@ fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
 pub fn all_gather(call: &Call) -> Result<()> {
     if call.comm.coll.copy_engine() {
         return super::copy_engine::all_gather(call);
+    }
+    let bytes = call.count * call.elem_size();
+    if call.use_ll(bytes) {
+        return call.launch_ll(c"symm_allgather_ll", bytes);
     }
     let mut a = call.args();
     setup(call, &mut a, 0)?;

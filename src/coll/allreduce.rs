@@ -1,17 +1,20 @@
-//! symmAllReduce: one-shot (every rank reduces everything) or two-shot
-//! (reduce-scatter into scratch, then all-gather), chosen by size and rank
-//! count unless SYMM_ALGO says otherwise.
+//! symmAllReduce: LL packets for small messages; above, one-shot (every
+//! rank reduces everything) or two-shot (reduce-scatter into scratch, then
+//! all-gather), chosen by size and rank count unless SYMM_ALGO says otherwise.
 
-use super::{reduce_kernel, Algo, Call, FAMILY_ALLREDUCE, TWO_SHOT_MIN_BYTES};
+use super::{reduce_kernel, Algo, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, TWO_SHOT_MIN_BYTES};
 use crate::cuda::abi::MODE_TWO_SHOT;
 use crate::error::Result;
 
 pub fn all_reduce(call: &Call) -> Result<()> {
     let n = call.comm.nranks;
     let bytes = call.count * call.elem_size();
+    if call.use_ll(bytes) {
+        return call.launch_ll(reduce_kernel(FAMILY_ALLREDUCE_LL, call.dtype), bytes);
+    }
     let two_shot = n > 1
         && match call.comm.coll.algo {
-            Algo::Auto => n > 2 && bytes > TWO_SHOT_MIN_BYTES,
+            Algo::Auto | Algo::Ll => n > 2 && bytes > TWO_SHOT_MIN_BYTES,
             Algo::OneShot => false,
             Algo::TwoShot => true,
         };

@@ -64,21 +64,41 @@ impl CollId {
     }
 }
 
-/// `SYMM_ALGO`: all-reduce algorithm.
+/// `SYMM_ALGO`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
+    /// LL packets for small messages, then by size and rank count.
     Auto,
+    /// LL packets wherever the message fits the LL slots.
+    Ll,
+    /// All-reduce one-shot, no LL anywhere.
     OneShot,
+    /// All-reduce two-shot, no LL anywhere.
     TwoShot,
 }
+
+/// Data bytes one LL slot holds (one rank's contribution to one call).
+pub const LL_MAX_BYTES: u64 = 512 << 10;
+
+/// Largest message (per rank's contribution) sent as LL packets by default
+/// with two ranks; with n ranks each rank sends n - 1 copies, so the limit
+/// shrinks by n - 1. On 2 x H200 (docs/PERFORMANCE.md) LL all-reduce still
+/// beats the synced one-shot at 512 KiB (6.2 vs 9.2 us graph-replayed).
+const LL_AUTO_BYTES: u64 = 512 << 10;
+
+/// Threads per block of LL kernels while the grid is not full: small
+/// messages are spread over more SMs, each thread handling one packet.
+const LL_SMALL_BLOCK: u32 = 128;
 
 /// Above this size (bytes) all-reduce over more than two ranks uses
 /// two-shot: it moves 2(n-1)/n of the data per rank instead of (n-1).
 /// With two ranks both move the same and one-shot syncs less.
 const TWO_SHOT_MIN_BYTES: u64 = 256 << 10;
 
-/// Bytes each block moves per round before it is worth another block.
-const BYTES_PER_BLOCK: u64 = 64 << 10;
+/// Bytes each block moves per round before it is worth another block: small,
+/// because a block's bytes in flight, not the SM count, bound the rate at
+/// which it pulls from a peer.
+const BYTES_PER_BLOCK: u64 = 16 << 10;
 
 /// A validated collective call, as every collective's file sees it.
 pub struct Call<'a> {
@@ -155,6 +175,31 @@ impl Call<'_> {
         per / sz
     }
 
+    /// Whether this call's per-rank contribution of `bytes` goes as LL
+    /// packets. Never with SYMM_CHECK: only the synced kernels compare the
+    /// call across ranks. The choice depends on nothing that may differ
+    /// between ranks (such as the buffers' kind).
+    pub fn use_ll(&self, bytes: u64) -> bool {
+        let c = self.comm;
+        let limit = match c.coll.algo {
+            Algo::Auto => LL_AUTO_BYTES / (c.nranks as u64 - 1).max(1),
+            Algo::Ll => LL_MAX_BYTES,
+            Algo::OneShot | Algo::TwoShot => 0,
+        };
+        c.nranks > 1 && !c.coll.check && bytes <= limit.min(LL_MAX_BYTES)
+    }
+
+    /// Launch an LL kernel over `bytes` bytes per rank: one 8-byte unit per
+    /// thread, as many blocks as that takes.
+    pub fn launch_ll(&self, kernel: &'static CStr, bytes: u64) -> Result<()> {
+        let units = bytes.div_ceil(8);
+        let max = self.comm.coll.max_grid as u64;
+        let block = if units <= LL_SMALL_BLOCK as u64 * max { LL_SMALL_BLOCK } else { COLL_THREADS };
+        let grid = units.div_ceil(block as u64).clamp(1, max) as u32;
+        let mut a = self.args();
+        self.launch_with(kernel, grid, block, &mut a)
+    }
+
     /// Blocks for moving `bytes` per rank: enough to keep the links busy,
     /// never more than the slowest rank's SM count allows, the same on
     /// every rank.
@@ -165,11 +210,15 @@ impl Call<'_> {
 
     /// Launch `kernel` on the call's stream.
     pub fn launch(&self, kernel: &'static CStr, grid: u32, a: &mut CollArgs) -> Result<()> {
-        let dev = &self.comm.device;
-        let _cur = dev.make_current()?;
-        let f = dev.module().function(kernel)?;
+        self.launch_with(kernel, grid, COLL_THREADS, a)
+    }
+
+    /// Launch with `block` threads per block (at most COLL_THREADS), with
+    /// the communicator's context current (see [`Request::validate`]).
+    fn launch_with(&self, kernel: &'static CStr, grid: u32, block: u32, a: &mut CollArgs) -> Result<()> {
+        let f = self.comm.device.module().function(kernel)?;
         let mut params = [(a as *mut CollArgs).cast::<c_void>()];
-        launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, self.stream, &mut params)
+        launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params)
     }
 }
 
@@ -189,12 +238,16 @@ pub struct CollState {
     /// Rank r's point-to-point staging slots, as seen here.
     pub p2p_slots: [u64; MAX_RANKS],
     pub p2p_slot_bytes: u64,
+    /// Rank r's LL packet slots [parity][source], as seen here.
+    pub ll: [u64; MAX_RANKS],
+    pub ll_slot: u64,
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
     pub algo: Algo,
     /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
     pub copy_engine: std::sync::atomic::AtomicBool,
+    pub checks: CheckCache,
 }
 
 impl CollState {
@@ -268,7 +321,8 @@ impl Request {
     }
 
     /// Validate everything and classify the input; `Ok(None)` when there
-    /// is nothing to do (count 0).
+    /// is nothing to do (count 0). The communicator's context must be
+    /// current, from here through the launch.
     pub fn validate<'a>(self, comm: &'a Comm, stream: CUstream) -> Result<Option<Call<'a>>> {
         let Some(dtype) = symmDataType_t::from_raw(self.dtype) else {
             bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t (0..{})", self.dtype, symmDataType_t::ALL.len() - 1);
@@ -300,15 +354,14 @@ impl Request {
                 .ok_or_else(|| crate::error::err!(symmInvalidArgument, "count {} x {} bytes x {blocks} overflows", self.count, dtype.size()))
         };
         let (send_bytes, recv_bytes) = (bytes(self.send_blocks)?, bytes(self.recv_blocks)?);
-        {
-            let _cur = comm.device.make_current()?;
-            launch::check_stream(&comm.device, stream)?;
-        }
+        comm.check_stream(stream)?;
         if self.count == 0 {
             return Ok(None);
         }
         let send_buf = if send_bytes > 0 { check_buffer(comm, self.send, send_bytes, "sendbuff")? } else { None };
-        if recv_bytes > 0 {
+        // In place the output is the input, already checked.
+        let same = send_bytes == recv_bytes && self.send == self.recv as *const c_void;
+        if recv_bytes > 0 && !same {
             check_buffer(comm, self.recv, recv_bytes, "recvbuff")?;
         }
         Ok(Some(Call {
@@ -335,9 +388,59 @@ fn check_buffer(comm: &Comm, ptr: *const c_void, bytes: usize, name: &str) -> Re
     if let Some(e) = comm.mem.find(ptr as u64, bytes as u64) {
         return Ok(Some(e));
     }
-    let _cur = comm.device.make_current()?;
-    launch::check_device_buffer(&comm.device, ptr, bytes, name)?;
+    let checks = &comm.coll.checks;
+    if !comm.coll.check && checks.knows_range(ptr as u64, bytes as u64) {
+        return Ok(None);
+    }
+    let range = launch::check_device_buffer(&comm.device, ptr, bytes, name)?;
+    checks.remember_range(range);
     Ok(None)
+}
+
+/// What the per-call checks of plain buffers and streams learned, so a
+/// training loop that passes the same buffers and stream each step pays
+/// for the driver queries once (SYMM_CHECK=1 queries every call). A stale
+/// entry (memory freed, a stream destroyed) can only let a call through to
+/// the driver, which then fails the launch, as NCCL, which checks nothing.
+#[derive(Default)]
+pub struct CheckCache {
+    stream: std::sync::atomic::AtomicUsize,
+    /// Plain allocations of this device, [start, end), most recent first.
+    ranges: parking_lot::Mutex<[(u64, u64); 4]>,
+}
+
+impl CheckCache {
+    fn knows_range(&self, ptr: u64, bytes: u64) -> bool {
+        let end = ptr.saturating_add(bytes);
+        self.ranges.lock().iter().any(|&(s, e)| s < e && s <= ptr && end <= e)
+    }
+
+    fn remember_range(&self, range: (u64, u64)) {
+        let mut r = self.ranges.lock();
+        r.rotate_right(1);
+        r[0] = range;
+    }
+
+    fn knows_stream(&self, stream: CUstream) -> bool {
+        self.stream.load(std::sync::atomic::Ordering::Relaxed) == stream as usize
+    }
+
+    fn remember_stream(&self, stream: CUstream) {
+        self.stream.store(stream as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Comm {
+    /// Reject a stream of another device (cached, see [`CheckCache`]).
+    fn check_stream(&self, stream: CUstream) -> Result<()> {
+        let checks = &self.coll.checks;
+        if !self.coll.check && !stream.is_null() && checks.knows_stream(stream) {
+            return Ok(());
+        }
+        launch::check_stream(&self.device, stream)?;
+        checks.remember_stream(stream);
+        Ok(())
+    }
 }
 
 /// Kernel name for a reduction family and element type.
@@ -352,7 +455,7 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 3] = names!("allreduce", "reduce_scatter", "reduce");
+    static NAMES: [[&str; 12]; 5] = names!("allreduce", "reduce_scatter", "reduce", "allreduce_ll", "reduce_scatter_ll");
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
 }
@@ -360,6 +463,8 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
 pub const FAMILY_ALLREDUCE: usize = 0;
 pub const FAMILY_REDUCE_SCATTER: usize = 1;
 pub const FAMILY_REDUCE: usize = 2;
+pub const FAMILY_ALLREDUCE_LL: usize = 3;
+pub const FAMILY_REDUCE_SCATTER_LL: usize = 4;
 
 #[cfg(test)]
 mod tests {
@@ -370,6 +475,29 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE, symmDataType_t::symmBfloat16), c"symm_allreduce_bf16");
         assert_eq!(reduce_kernel(FAMILY_REDUCE, symmDataType_t::symmFloat8e5m2), c"symm_reduce_f8e5m2");
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER, symmDataType_t::symmInt8), c"symm_reduce_scatter_i8");
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL, symmDataType_t::symmFloat64), c"symm_allreduce_ll_f64");
+        assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_LL, symmDataType_t::symmUint32), c"symm_reduce_scatter_ll_u32");
+    }
+
+    #[test]
+    fn check_cache_remembers_recent_ranges() {
+        let c = CheckCache::default();
+        assert!(!c.knows_range(0, 1), "an empty cache knows nothing, not even address 0");
+        c.remember_range((0x1000, 0x2000));
+        assert!(c.knows_range(0x1000, 0x1000));
+        assert!(c.knows_range(0x1800, 16));
+        assert!(!c.knows_range(0x1800, 0x801), "past the end");
+        assert!(!c.knows_range(0xfff, 2), "before the start");
+        assert!(!c.knows_range(u64::MAX - 1, 8));
+        for k in 0..4u64 {
+            c.remember_range((0x10_0000 * (k + 1), 0x10_0000 * (k + 1) + 64));
+        }
+        assert!(!c.knows_range(0x1000, 1), "the oldest of five ranges is forgotten");
+        assert!(c.knows_range(0x10_0000, 64));
+        let s = 0x5555usize as CUstream;
+        assert!(!c.knows_stream(s));
+        c.remember_stream(s);
+        assert!(c.knows_stream(s));
     }
 
     #[test]

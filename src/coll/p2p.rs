@@ -1,5 +1,5 @@
-//! symmSend / symmRecv. Data is staged through the sender's slots and pulled
-//! by the receiver (see kernels/sendrecv.cu). Inside a group, a
+//! symmSend / symmRecv. The sender pushes data into staging slots in the
+//! receiver's memory, which copies it out (see kernels/sendrecv.cu). Inside a group, a
 //! communicator's sends and receives on one stream are launched together
 //! at symmGroupEnd, so exchanges in both directions (and rings) progress at
 //! once instead of deadlocking.

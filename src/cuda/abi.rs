@@ -85,6 +85,8 @@ const _: () = assert!(std::mem::size_of::<FlagArgs>() == 32 + 8 + 8 * MAX_RANKS 
 
 /// `SYMM_COLL_MAX_BLOCKS`.
 pub(crate) const COLL_MAX_BLOCKS: usize = 128;
+/// `SYMM_COLL_LL_COUNTERS`: index of the LL epoch in the per-block counters.
+pub(crate) const COLL_LL_COUNTERS: usize = 3 * COLL_MAX_BLOCKS;
 /// `SYMM_COLL_THREADS`.
 pub(crate) const COLL_THREADS: u32 = 512;
 /// `SYMM_DESC_WORDS`: words of a call descriptor in the check slots.
@@ -110,6 +112,7 @@ pub struct CollArgs {
     pub peer_check: [u64; MAX_RANKS],
     pub src: [u64; MAX_RANKS],
     pub scratch: [u64; MAX_RANKS],
+    pub ll: [u64; MAX_RANKS],
     pub send: u64,
     pub recv: u64,
     pub progress: u64,
@@ -117,6 +120,7 @@ pub struct CollArgs {
     pub chunk: u64,
     pub unit: u64,
     pub half: u64,
+    pub ll_slot: u64,
     pub rank: u32,
     pub nranks: u32,
     pub op: u32,
@@ -128,7 +132,7 @@ pub struct CollArgs {
     pub token: u32,
     pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 8 + 8 + 8 + 32 + 32 + 8);
+const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 40 + 32 + 8);
 
 /// `SYMM_P2P_MAX_OPS`, `SYMM_P2P_BLOCKS`, `SYMM_P2P_FLAG_WORDS`.
 pub(crate) const P2P_MAX_OPS: usize = 16;

@@ -72,28 +72,37 @@ pub fn check_stream(dev: &Device, stream: CUstream) -> Result<()> {
     Ok(())
 }
 
-/// Check that `[ptr, ptr + bytes)` is device memory usable by `dev`'s
-/// context and return the device it lives on.
-pub fn check_device_buffer(dev: &Device, ptr: *const c_void, bytes: usize, what: &str) -> Result<()> {
+/// Check that `[ptr, ptr + bytes)` is device memory of `dev`: one driver
+/// query (this is on every collective's path). Returns the allocation's
+/// `[start, end)`.
+pub fn check_device_buffer(dev: &Device, ptr: *const c_void, bytes: usize, what: &str) -> Result<(u64, u64)> {
     let addr = ptr as CUdeviceptr;
+    // Unlike cuPointerGetAttribute, this succeeds for unknown memory and
+    // leaves memory type 0 and an empty range.
+    let mut mem_type: u32 = 0;
     let mut ordinal: i32 = -1;
-    let res = unsafe {
-        // SAFETY: the driver only inspects the address; ordinal is a valid out pointer.
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            addr,
-        )
-    };
-    if res != sys::CUresult::CUDA_SUCCESS {
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    let mut attrs = [
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 4] = [
+        (&mut mem_type as *mut u32).cast(),
+        (&mut ordinal as *mut i32).cast(),
+        (&mut base as *mut CUdeviceptr).cast(),
+        (&mut size as *mut usize).cast(),
+    ];
+    // SAFETY: four attributes, each with an out pointer of its documented type.
+    let res = unsafe { sys::cuPointerGetAttributes(4, attrs.as_mut_ptr(), data.as_mut_ptr(), addr) };
+    if res != sys::CUresult::CUDA_SUCCESS || mem_type == 0 || size == 0 {
         bail!(symmInvalidArgument, "{what} ({ptr:p}) is not memory known to CUDA");
     }
     if ordinal != dev.ordinal {
         bail!(symmInvalidArgument, "{what} ({ptr:p}) is on CUDA device {ordinal}, but the communicator uses device {}", dev.ordinal);
     }
     if bytes > 0 {
-        let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
-        cu!(cuMemGetAddressRange_v2(&mut base, &mut size, addr))?;
         let end = addr.checked_add(bytes as u64);
         if end.is_none_or(|end| end > base + size as u64) {
             bail!(
@@ -102,5 +111,5 @@ pub fn check_device_buffer(dev: &Device, ptr: *const c_void, bytes: usize, what:
             );
         }
     }
-    Ok(())
+    Ok((base, base + size as u64))
 }

@@ -18,6 +18,8 @@ fn collective(
 ) -> symmResult_t {
     boundary(api, comm, || {
         let c = comm_arg(comm)?;
+        // Current for the checks and the launch (one switch per call).
+        let _cur = c.device.make_current()?;
         match req.validate(&c, stream.cast())? {
             Some(call) => run(&call),
             None => Ok(()),

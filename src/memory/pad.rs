@@ -8,7 +8,7 @@
 //!   point-to-point signal channels, collective flags);
 //! - `[1 MiB, 2 MiB)`: the user area, handed out by symmCommGetSignalPad.
 
-use crate::cuda::abi::{COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2P_FLAG_WORDS};
+use crate::cuda::abi::{COLL_LL_COUNTERS, COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2P_FLAG_WORDS};
 
 pub(crate) const PAD_BYTES: usize = 2 << 20;
 pub(crate) const USER_OFFSET: usize = 1 << 20;
@@ -29,16 +29,18 @@ pub(crate) const ROW_BYTES: usize = 4 * MAX_RANKS;
 pub(crate) const COLL_OFFSET: usize = 64 << 10;
 /// Sync flags [block][peer].
 pub(crate) const COLL_FLAGS_OFFSET: usize = COLL_OFFSET;
-/// Per-block counters: sync epochs, staged rounds, kernels run.
+/// Per-block counters: sync epochs, staged rounds, kernels run; then the
+/// LL call epoch (`COLL_LL_COUNTERS`).
 pub(crate) const COLL_EPOCHS_OFFSET: usize = COLL_FLAGS_OFFSET + COLL_MAX_BLOCKS * ROW_BYTES;
 /// Call descriptors [parity][block][peer][DESC_WORDS].
-pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 3 * COLL_MAX_BLOCKS * 4;
+pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 4 * COLL_MAX_BLOCKS * 4;
 /// Point-to-point flags and counters.
 pub(crate) const P2P_OFFSET: usize = COLL_CHECK_OFFSET + 2 * COLL_MAX_BLOCKS * MAX_RANKS * DESC_WORDS * 4;
 const COLL_END: usize = P2P_OFFSET + P2P_FLAG_WORDS * 4;
 
 const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
 const _: () = assert!(COLL_END <= USER_OFFSET);
+const _: () = assert!(COLL_LL_COUNTERS + 2 <= 4 * COLL_MAX_BLOCKS);
 
 /// Rank r's pad address for each r, plus the device table of user areas.
 pub struct SignalPads {
