@@ -22,12 +22,6 @@ struct CUstream_st;
  */
 #define SYMM_NUM_RESULTS 10
 
-#define FAMILY_ALLREDUCE 0
-
-#define FAMILY_REDUCE_SCATTER 1
-
-#define FAMILY_REDUCE 2
-
 /**
  * Library version, equal to the crate version (checked at compile time).
  */

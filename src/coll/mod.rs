@@ -78,7 +78,7 @@ pub enum Algo {
 }
 
 /// Data bytes one LL slot holds (one rank's contribution to one call).
-pub const LL_MAX_BYTES: u64 = 512 << 10;
+pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
 /// Largest message (per rank's contribution) sent as LL packets by default
 /// with two ranks; with n ranks each rank sends n - 1 copies, so the limit
@@ -460,11 +460,11 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
 }
 
-pub const FAMILY_ALLREDUCE: usize = 0;
-pub const FAMILY_REDUCE_SCATTER: usize = 1;
-pub const FAMILY_REDUCE: usize = 2;
-pub const FAMILY_ALLREDUCE_LL: usize = 3;
-pub const FAMILY_REDUCE_SCATTER_LL: usize = 4;
+pub(crate) const FAMILY_ALLREDUCE: usize = 0;
+pub(crate) const FAMILY_REDUCE_SCATTER: usize = 1;
+pub(crate) const FAMILY_REDUCE: usize = 2;
+pub(crate) const FAMILY_ALLREDUCE_LL: usize = 3;
+pub(crate) const FAMILY_REDUCE_SCATTER_LL: usize = 4;
 
 #[cfg(test)]
 mod tests {
