@@ -400,8 +400,9 @@ fn check_buffer(comm: &Comm, ptr: *const c_void, bytes: usize, name: &str) -> Re
 /// What the per-call checks of plain buffers and streams learned, so a
 /// training loop that passes the same buffers and stream each step pays
 /// for the driver queries once (SYMM_CHECK=1 queries every call). A stale
-/// entry (memory freed, a stream destroyed) can only let a call through to
-/// the driver, which then fails the launch, as NCCL, which checks nothing.
+/// entry lets a call through unchecked: a destroyed stream's handle fails
+/// at the launch, but a freed buffer passed again reaches the kernel (as
+/// with NCCL, which checks nothing); SYMM_CHECK=1 catches both.
 #[derive(Default)]
 pub struct CheckCache {
     stream: std::sync::atomic::AtomicUsize,
