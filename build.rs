@@ -1,16 +1,30 @@
-//! Compiles `kernels/*.cu` into one fatbin (sm_80 + sm_90 machine code and
-//! compute_90 PTX) that src/cuda/module.rs embeds, and sets the shared
-//! library's soname and export list.
+//! Builds the kernels and sets the shared library's identity.
+//!
+//! Each `kernels/<family>.cu` is compiled by its own nvcc process, several
+//! at once, into one fatbin (sm_80 + sm_90 machine code and compute_90 PTX).
+//! src/cuda/module.rs embeds every family's fatbin and loads each as its own
+//! module. A family is recompiled only when its cache key changes: the key
+//! covers the source, every local header it includes (transitively), the
+//! flags and the compiler, so editing one `.cu` rebuilds one fatbin and
+//! editing a shared `.cuh` rebuilds the families that include it.
 
+use std::collections::BTreeSet;
 use std::env;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
 
 const GENCODE: &[&str] = &[
     "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90,code=sm_90",
     "-gencode=arch=compute_90,code=compute_90",
 ];
+// `--threads 0` runs the gencode targets' cicc/ptxas in parallel (most of a
+// large family's time is ptxas). nvcc compresses a fatbin only past a size
+// threshold; `-compress-all` keeps every family small in the library.
+const FLAGS: &[&str] = &["-O3", "-std=c++17", "--threads", "0", "-Werror", "all-warnings", "-Xfatbin=-compress-all"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -19,49 +33,62 @@ fn main() {
 
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/exports.map");
+    println!("cargo:rerun-if-changed=scripts/find-nvcc");
     for var in ["CUDA_HOME", "CUDA_PATH", "PATH", "NVCC_CCBIN"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
     // Shared-library identity: soname for versioned installs, and a version
-    // script so only symm* symbols are exported.
+    // script so only symm* symbols are exported. `rustc-link-arg`, not
+    // `rustc-cdylib-link-arg`: cargo passes the latter on to the cdylibs of
+    // dependent crates too (cargo#9562), which would give nccl/'s
+    // libnccl.so.2 this soname and export list. (On this package's test
+    // executables the two flags are harmless.)
     let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libsymmcomm.so.{major}");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", root.join("src/exports.map").display());
+    println!("cargo:rustc-link-arg=-Wl,-soname,libsymmcomm.so.{major}");
+    println!("cargo:rustc-link-arg=-Wl,--version-script={}", root.join("src/exports.map").display());
 
     let sources = kernel_sources(&kernels);
     if sources.is_empty() {
         panic!("no kernels/*.cu sources found in {}", kernels.display());
     }
-    // One translation unit: a single fatbin holds every kernel.
-    let unity = out.join("symmcomm_kernels.cu");
-    let body: String = sources.iter().map(|s| format!("#include \"{}\"\n", s.display())).collect();
-    std::fs::write(&unity, body).expect("write unity kernel source");
-
-    let nvcc = find_nvcc(&root).unwrap_or_else(|| {
-        panic!(
-            "\n\nsymmcomm: nvcc (the CUDA compiler) was not found.\n\
-             It is needed to build the kernels in kernels/*.cu.\n\
-             Either set CUDA_HOME to a CUDA 12.x/13.x toolkit, put nvcc on PATH,\n\
-             or run ./scripts/setup, which installs the pinned toolchain from PyPI into .toolchain/.\n\n"
-        )
-    });
-    let fatbin = out.join("symmcomm_kernels.fatbin");
-    let mut cmd = Command::new(&nvcc);
-    cmd.arg("-fatbin")
-        .args(GENCODE)
-        .args(["-O3", "-std=c++17", "--threads", "0", "-Werror", "all-warnings"])
-        .arg(format!("-I{}", kernels.display()))
-        .arg("-o")
-        .arg(&fatbin)
-        .arg(&unity);
+    let nvcc = find_nvcc(&root);
+    let mut flags: Vec<String> = GENCODE.iter().chain(FLAGS).map(|s| s.to_string()).collect();
+    flags.push(format!("-I{}", kernels.display()));
     if let Ok(ccbin) = env::var("NVCC_CCBIN") {
-        cmd.arg(format!("-ccbin={ccbin}"));
+        flags.push(format!("-ccbin={ccbin}"));
     }
-    let status = cmd.status().unwrap_or_else(|e| panic!("failed to run {}: {e}", nvcc.display()));
-    if !status.success() {
-        panic!("nvcc failed ({status}) compiling kernels/*.cu; command: {cmd:?}");
+    let toolchain_key = format!("{}\n{}\n{}", nvcc.display(), nvcc_version(&nvcc), flags.join(" "));
+
+    let cache = out.join("kernel-cache");
+    std::fs::create_dir_all(&cache).expect("create the kernel cache directory");
+    let families: Vec<Family> = sources
+        .iter()
+        .map(|src| {
+            let name = src.file_stem().unwrap().to_str().expect("kernel file names are UTF-8").to_string();
+            let key = cache_key(&toolchain_key, src, &kernels);
+            let fatbin = cache.join(format!("{name}.{key:016x}.fatbin"));
+            Family { name, src: src.clone(), fatbin }
+        })
+        .collect();
+    remove_stale(&cache, &families);
+
+    let stale: Vec<&Family> = families.iter().filter(|f| !f.fatbin.is_file()).collect();
+    compile_all(&nvcc, &flags, &stale);
+
+    // The table module.rs embeds: (family, fatbin) in file-name order.
+    let mut table = String::from("// Generated by build.rs: one fatbin per kernels/<family>.cu.\n&[\n");
+    for f in &families {
+        writeln!(table, "    ({:?}, &Aligned(*include_bytes!({:?}))),", f.name, f.fatbin.display().to_string()).unwrap();
     }
+    table.push_str("]\n");
+    std::fs::write(out.join("kernel_families.rs"), table).expect("write kernel_families.rs");
+}
+
+struct Family {
+    name: String,
+    src: PathBuf,
+    fatbin: PathBuf,
 }
 
 fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
@@ -73,19 +100,154 @@ fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// nvcc from CUDA_HOME/CUDA_PATH, then PATH, then the toolchain that
-/// scripts/setup installs into .toolchain/.
-fn find_nvcc(root: &Path) -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Ok(home) = env::var(var) {
-            candidates.push(PathBuf::from(home).join("bin/nvcc"));
+/// Compile the stale families, `jobs` nvcc processes at a time (cargo's
+/// job count). Every failure is reported, not only the first.
+fn compile_all(nvcc: &Path, flags: &[String], stale: &[&Family]) {
+    if stale.is_empty() {
+        return;
+    }
+    let jobs: usize = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, stale.len());
+    let queue = Mutex::new(stale.iter());
+    let failures = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let Some(family) = queue.lock().unwrap().next() else { break };
+                if let Err(e) = compile(nvcc, flags, family) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    if !failures.is_empty() {
+        panic!("nvcc failed on {} kernel file(s):\n\n{}", failures.len(), failures.join("\n\n"));
+    }
+    eprintln!("compiled {} kernel families with {jobs} nvcc processes in {:.1?}", stale.len(), started.elapsed());
+}
+
+fn compile(nvcc: &Path, flags: &[String], f: &Family) -> Result<(), String> {
+    // Write beside the final name, then rename: an interrupted build never
+    // leaves a truncated fatbin under a valid cache key.
+    let partial = f.fatbin.with_extension("partial");
+    let mut cmd = Command::new(nvcc);
+    cmd.arg("-fatbin").args(flags).arg("-o").arg(&partial).arg(&f.src);
+    let started = Instant::now();
+    let output = cmd.output().map_err(|e| format!("failed to run {}: {e}", nvcc.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} ({}): {cmd:?}\n{}{}",
+            f.src.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    std::fs::rename(&partial, &f.fatbin).map_err(|e| format!("rename {}: {e}", partial.display()))?;
+    eprintln!("nvcc {}: {:.1?}", f.name, started.elapsed());
+    Ok(())
+}
+
+/// Keep the current entry and the two newest others of each family (so
+/// undoing an edit is a cache hit); drop the rest and anything unknown.
+fn remove_stale(cache: &Path, families: &[Family]) {
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| (e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH), e.path()))
+        .collect();
+    entries.sort_by(|a, b| b.0.cmp(&a.0)); // newest first
+    let mut kept_per_family = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, path) in entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let family = families.iter().find(|f| name.split('.').next() == Some(f.name.as_str()));
+        let keep = match family {
+            Some(f) if f.fatbin == path => true,
+            Some(f) if name.ends_with(".fatbin") => {
+                let kept = kept_per_family.entry(f.name.as_str()).or_default();
+                *kept += 1;
+                *kept <= 2
+            }
+            _ => false,
+        };
+        if !keep {
+            let _ = std::fs::remove_file(&path);
         }
     }
-    if let Ok(path) = env::var("PATH") {
-        candidates.extend(env::split_paths(&path).map(|p| p.join("nvcc")));
+}
+
+/// FNV-1a over the toolchain, the source and every local header it
+/// includes, in a fixed order. Stable across Rust versions (unlike
+/// `DefaultHasher`), so the cache survives a toolchain update.
+fn cache_key(toolchain: &str, src: &Path, include_dir: &Path) -> u64 {
+    let mut hash = Fnv1a::new();
+    hash.write(toolchain.as_bytes());
+    let mut seen = BTreeSet::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(file) = pending.pop() {
+        if !seen.insert(file.clone()) {
+            continue;
+        }
+        let text = std::fs::read(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        for line in String::from_utf8_lossy(&text).lines() {
+            if let Some(name) = local_include(line) {
+                let dir = file.parent().unwrap();
+                let candidate = [dir.join(name), include_dir.join(name)].into_iter().find(|p| p.is_file());
+                pending.extend(candidate);
+            }
+        }
     }
-    candidates.push(root.join(".toolchain/nvidia/cu13/bin/nvcc"));
-    candidates.push(PathBuf::from("/usr/local/cuda/bin/nvcc"));
-    candidates.into_iter().find(|p| p.is_file())
+    // `seen` is sorted, so the order files are found in does not matter.
+    for file in &seen {
+        hash.write(file.file_name().unwrap().as_encoded_bytes());
+        hash.write(&std::fs::read(file).unwrap());
+    }
+    hash.0
+}
+
+/// `name` of a `#include "name"` line.
+fn local_include(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix('#')?.trim_start().strip_prefix("include")?.trim_start();
+    rest.strip_prefix('"')?.split('"').next()
+}
+
+struct Fnv1a(u64);
+impl Fnv1a {
+    fn new() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Length first, so ("ab", "c") and ("a", "bc") differ.
+        for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// The project's one nvcc lookup is scripts/find-nvcc.
+fn find_nvcc(root: &Path) -> PathBuf {
+    let output = Command::new("bash").arg(root.join("scripts/find-nvcc")).output();
+    match output {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        _ => panic!(
+            "\n\nsymmcomm: nvcc (the CUDA compiler) was not found by scripts/find-nvcc.\n\
+             It is needed to build the kernels in kernels/*.cu.\n\
+             Either set CUDA_HOME to a CUDA 12.x/13.x toolkit, put nvcc on PATH,\n\
+             or run ./scripts/setup, which installs the pinned toolchain from PyPI into .toolchain/.\n\n"
+        ),
+    }
+}
+
+fn nvcc_version(nvcc: &Path) -> String {
+    match Command::new(nvcc).arg("--version").output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => panic!("{} --version failed ({}): {}", nvcc.display(), o.status, String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("failed to run {}: {e}", nvcc.display()),
+    }
 }

@@ -23,25 +23,6 @@ struct CUstream_st;
 #define SYMM_NUM_RESULTS 10
 
 /**
- * Library version, equal to the crate version (checked at compile time).
- */
-#define SYMM_MAJOR 0
-
-#define SYMM_MINOR 1
-
-#define SYMM_PATCH 0
-
-/**
- * `SYMM_MAJOR * 10000 + SYMM_MINOR * 100 + SYMM_PATCH`, what `symmGetVersion` returns.
- */
-#define SYMM_VERSION_CODE 100
-
-/**
- * Size of `symmUniqueId` in bytes (as NCCL_UNIQUE_ID_BYTES).
- */
-#define SYMM_UNIQUE_ID_BYTES 128
-
-/**
  * NCCL's alias names for the same values.
  */
 #define symmChar 0
@@ -63,6 +44,25 @@ struct CUstream_st;
  * Number of reduction operations; one past the highest value.
  */
 #define symmNumOps 5
+
+/**
+ * Library version, equal to the crate version (checked at compile time).
+ */
+#define SYMM_MAJOR 0
+
+#define SYMM_MINOR 1
+
+#define SYMM_PATCH 0
+
+/**
+ * `SYMM_MAJOR * 10000 + SYMM_MINOR * 100 + SYMM_PATCH`, what `symmGetVersion` returns.
+ */
+#define SYMM_VERSION_CODE 100
+
+/**
+ * Size of `symmUniqueId` in bytes (as NCCL_UNIQUE_ID_BYTES).
+ */
+#define SYMM_UNIQUE_ID_BYTES 128
 
 /**
  * Number of point-to-point signal channels per peer (symmPutSignal).

@@ -350,16 +350,25 @@ impl Drop for Comm {
     }
 }
 
+/// The most ranks any one GPU holds (more than 1 only in the test-only
+/// shared-device mode). The grid is divided by it on every rank: blocks
+/// pair up across ranks by index and split ranges by the grid size, so a
+/// grid must not depend on which GPU a rank shares (a rank alone on its GPU
+/// launching more blocks than its peers made them read unwritten ranges).
+fn busiest_gpu_ranks<T: PartialEq>(gpu_of_rank: impl Iterator<Item = T> + Clone) -> usize {
+    gpu_of_rank.clone().map(|g| gpu_of_rank.clone().filter(|o| *o == g).count()).max().unwrap_or(1)
+}
+
 /// Describe a call descriptor recorded by a kernel (kernels/coll.cuh).
 fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
     use crate::coll::CollId;
     let coll = CollId::from_raw(d[0] >> 24);
     let count = (d[1] as u64) | ((d[2] >> 16) as u64) << 32;
-    let dtype = crate::ffi::types::symmDataType_t::from_raw(((d[2] >> 8) & 0xff) as i32)
+    let dtype = crate::types::symmDataType_t::from_raw(((d[2] >> 8) & 0xff) as i32)
         .map_or_else(|| format!("datatype {}", (d[2] >> 8) & 0xff), |t| format!("{t:?}"));
     let mut s = format!("{}(count={count}, {dtype}", coll.map_or("?", |c| c.name()));
     if matches!(coll, Some(CollId::AllReduce | CollId::ReduceScatter | CollId::Reduce)) {
-        let op = crate::ffi::types::symmRedOp_t::from_raw((d[2] & 0xff) as i32);
+        let op = crate::types::symmRedOp_t::from_raw((d[2] & 0xff) as i32);
         s += &op.map_or_else(|| format!(", op {}", d[2] & 0xff), |o| format!(", {o:?}"));
     }
     if matches!(coll, Some(CollId::Broadcast | CollId::Reduce)) {
@@ -420,7 +429,7 @@ fn coll_state(p: &Parts) -> Result<CollState> {
         ll_slots[r] = p.mem.space.slot(r) + ll;
     }
     let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
-    let sharing = p.peers.iter().filter(|q| q.pci_bus_id == p.peers[p.rank].pci_bus_id).count();
+    let sharing = busiest_gpu_ranks(p.peers.iter().map(|q| &q.pci_bus_id));
     let algo = match cfg.algo.as_str() {
         "ll" => Algo::Ll,
         "oneshot" | "one_shot" | "one-shot" => Algo::OneShot,
@@ -632,6 +641,16 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grid_divisor_is_the_same_on_every_rank() {
+        // 3 ranks on 2 GPUs: GPU "a" holds two, so every rank divides by 2,
+        // including rank 1, alone on "b".
+        assert_eq!(busiest_gpu_ranks(["a", "b", "a"].iter()), 2);
+        assert_eq!(busiest_gpu_ranks(["a", "b", "c", "d"].iter()), 1);
+        assert_eq!(busiest_gpu_ranks(["a", "b", "a", "b", "a", "b", "a", "b"].iter()), 4);
+        assert_eq!(busiest_gpu_ranks(std::iter::empty::<&str>()), 1);
+    }
 
     #[test]
     fn peer_info_round_trip() {

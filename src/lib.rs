@@ -8,12 +8,15 @@
 //!   and file-descriptor passing between local processes.
 //! - [`cuda`]: driver-API wrappers (error mapping, contexts, module loading,
 //!   kernel launch). Nothing else calls the CUDA driver directly.
+//! - [`types`]: element types and reduction ops (the core's; `ffi`
+//!   re-exports them for the header).
 //! - [`config`]: every `SYMM_*` environment variable, read once.
 //! - [`debug`]: `SYMM_DEBUG` / `SYMM_DEBUG_SUBSYS` logging set-up.
 //! - [`error`]: the result codes and the crate's error type.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod error;
+pub mod types;
 pub mod config;
 pub mod debug;
 pub mod bootstrap;

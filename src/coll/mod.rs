@@ -31,7 +31,7 @@ use crate::comm::Comm;
 use crate::cuda::abi::{self, CollArgs, OpId, COLL_MAX_BLOCKS, COLL_THREADS, MAX_RANKS};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
-use crate::ffi::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
+use crate::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
 use crate::memory::index::BufferEntry;
 
 /// Collective ids (`SymmCollId`), for descriptors and messages.

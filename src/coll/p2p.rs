@@ -12,7 +12,7 @@ use crate::comm::Comm;
 use crate::cuda::abi::{OpId, P2POp, P2PArgs, COLL_THREADS, P2P_BLOCKS, P2P_MAX_OPS};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
-use crate::ffi::types::{symmDataType_t, RawDataType};
+use crate::types::{symmDataType_t, RawDataType};
 
 /// Validate one send or receive; `None` when there is nothing to move.
 pub fn request(

@@ -15,6 +15,11 @@ pub struct CudaError {
 }
 
 impl CudaError {
+    /// The driver has no such symbol or kernel (CUDA_ERROR_NOT_FOUND).
+    pub fn is_not_found(&self) -> bool {
+        self.code == sys::CUresult::CUDA_ERROR_NOT_FOUND as i32
+    }
+
     /// `CUDA_ERROR_*` name from the driver, or the number if it has none.
     pub fn name(&self) -> String {
         let mut s: *const std::ffi::c_char = std::ptr::null();

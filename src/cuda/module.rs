@@ -1,5 +1,8 @@
-//! The kernel fatbin (built from `kernels/*.cu` by build.rs), embedded in the
-//! library and loaded once per device with `cuModuleLoadData`.
+//! The kernels: one fatbin per family (`kernels/<family>.cu`, built by
+//! build.rs), embedded in the library and loaded once per device, each
+//! family as its own module. Separate modules let build.rs compile and cache
+//! each family on its own; a launch costs the same whichever module its
+//! `CUfunction` came from.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -8,17 +11,18 @@ use cudarc::driver::sys::{CUfunction, CUmodule};
 use parking_lot::RwLock;
 
 use super::cu;
-use crate::error::{Error, Result};
+use crate::error::{symmResult_t, Error, Result};
 
 /// The driver wants the image suitably aligned; include_bytes! gives align 1.
 #[repr(C, align(64))]
 struct Aligned<B: ?Sized>(B);
 
-static FATBIN: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/symmcomm_kernels.fatbin")));
+/// (family, fatbin) for every `kernels/*.cu`, in file-name order.
+static FAMILIES: &[(&str, &Aligned<[u8]>)] = include!(concat!(env!("OUT_DIR"), "/kernel_families.rs"));
 
-/// Size of the embedded fatbin in bytes (for diagnostics and tests).
+/// Total size of the embedded fatbins in bytes (for diagnostics and tests).
 pub fn fatbin_len() -> usize {
-    FATBIN.0.len()
+    FAMILIES.iter().map(|(_, f)| f.0.len()).sum()
 }
 
 /// A kernel entry point. `CUfunction` is a driver handle valid on any thread.
@@ -28,9 +32,10 @@ pub struct Function(pub CUfunction);
 unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
-/// The loaded module of one device, with a cache of resolved entry points.
+/// The loaded kernel modules of one device (one per family), with a cache
+/// of resolved entry points.
 pub struct Module {
-    raw: CUmodule,
+    raw: Vec<CUmodule>,
     functions: RwLock<HashMap<&'static str, Function>>,
 }
 
@@ -39,17 +44,23 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
-    /// Load the embedded fatbin into the current context (of device `ordinal`).
+    /// Load every embedded family into the current context (of device `ordinal`).
     pub(crate) fn load(ordinal: i32) -> Result<Module> {
-        let mut raw: CUmodule = std::ptr::null_mut();
-        cu!(cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast())).map_err(|e| {
-            Error::from(e).context(format!(
-                "loading symmcomm's kernels on device {ordinal} (the library carries sm_80 and sm_90 code and compute_90 PTX)"
-            ))
-        })?;
-        let module = Module { raw, functions: RwLock::new(HashMap::new()) };
-        let n = load_all_functions(raw)?;
-        log::info!(target: "symmcomm::cuda", "device {ordinal}: loaded kernel module ({} bytes, {n} kernels)", fatbin_len());
+        // Built up in place so Drop unloads whatever loaded before a failure.
+        let mut module = Module { raw: Vec::with_capacity(FAMILIES.len()), functions: RwLock::new(HashMap::new()) };
+        let mut kernels = 0;
+        for (family, fatbin) in FAMILIES {
+            let mut raw: CUmodule = std::ptr::null_mut();
+            cu!(cuModuleLoadData(&mut raw, fatbin.0.as_ptr().cast())).map_err(|e| {
+                Error::from(e).context(format!(
+                    "loading symmcomm's {family} kernels on device {ordinal} (the library carries sm_80 and sm_90 code and compute_90 PTX)"
+                ))
+            })?;
+            module.raw.push(raw);
+            kernels += load_all_functions(raw)?;
+        }
+        log::info!(target: "symmcomm::cuda",
+            "device {ordinal}: loaded {} kernel modules ({} bytes, {kernels} kernels)", FAMILIES.len(), fatbin_len());
         Ok(module)
     }
 
@@ -59,11 +70,18 @@ impl Module {
         if let Some(f) = self.functions.read().get(key) {
             return Ok(*f);
         }
-        let mut f: CUfunction = std::ptr::null_mut();
-        cu!(cuModuleGetFunction(&mut f, self.raw, name.as_ptr()))
-            .map_err(|e| Error::from(e).context(format!("kernel {key} is missing from the module")))?;
-        self.functions.write().insert(key, Function(f));
-        Ok(Function(f))
+        for &raw in &self.raw {
+            let mut f: CUfunction = std::ptr::null_mut();
+            match cu!(cuModuleGetFunction(&mut f, raw, name.as_ptr())) {
+                Ok(()) => {
+                    self.functions.write().insert(key, Function(f));
+                    return Ok(Function(f));
+                }
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(Error::from(e).context(format!("looking up kernel {key}"))),
+            }
+        }
+        Err(Error::new(symmResult_t::symmInternalError, format!("kernel {key} is missing from every kernel module")))
     }
 }
 
@@ -93,8 +111,10 @@ fn load_all_functions(raw: CUmodule) -> Result<usize> {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if let Err(e) = cu!(cuModuleUnload(self.raw)) {
-            log::warn!(target: "symmcomm::cuda", "unloading the kernel module: {e}");
+        for &raw in &self.raw {
+            if let Err(e) = cu!(cuModuleUnload(raw)) {
+                log::warn!(target: "symmcomm::cuda", "unloading a kernel module: {e}");
+            }
         }
     }
 }
