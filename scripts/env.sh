@@ -8,14 +8,8 @@ CUDA_PIP_PINS=(
 )
 CMAKE_PIP_PIN="cmake==3.31.6"
 
-find_nvcc() {
-  local c
-  for c in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "$(command -v nvcc || true)" \
-           "$PWD/.toolchain/nvidia/cu13/bin/nvcc" /usr/local/cuda/bin/nvcc; do
-    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
-  done
-  return 1
-}
+# nvcc: the one lookup lives in scripts/find-nvcc (build.rs and CMake use it too).
+find_nvcc() { "$(dirname "${BASH_SOURCE[0]}")/find-nvcc"; }
 
 cmake_bin() {
   local c
@@ -33,3 +27,9 @@ cmake_ok() {
   v=$("$c" --version | head -1 | awk '{print $3}')
   [ "$(printf '%s\n3.18\n' "$v" | sort -V | head -1)" = "3.18" ]
 }
+
+# The real NCCL (header + libnccl.so.2) that libsymmcomm_nccl.so stands in
+# for: its nccl.h is what the export check and the C tests compile against,
+# and its library is the fallback the CPU tests forward to.
+NCCL_PIP_PIN="nvidia-nccl-cu13==2.28.9"
+NCCL_HOME="$PWD/.toolchain/nccl/nvidia/nccl"   # include/nccl.h, lib/libnccl.so.2

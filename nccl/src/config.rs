@@ -1,0 +1,51 @@
+//! The `SYMM_NCCL_*` environment variables, read once per process through
+//! one helper (as symmcomm's own `SYMM_*` settings are).
+
+use std::sync::OnceLock;
+
+/// `SYMM_NCCL_MODE`: which path communicators take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Native where symmcomm can serve the communicator and the call, the
+    /// real NCCL for the rest (default).
+    Auto,
+    /// symmcomm only; the real NCCL is never loaded and calls symmcomm
+    /// cannot serve fail with ncclInvalidUsage.
+    Symm,
+    /// Everything goes to the real NCCL.
+    Nccl,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub mode: Mode,
+    /// `SYMM_NCCL_LIB`: path of the real libnccl.so.2 (default: search).
+    pub lib: Option<String>,
+    /// Unusable values, logged once the logger is up.
+    pub warnings: Vec<String>,
+}
+
+pub fn get() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let mut warnings = Vec::new();
+        let mode = match param("NCCL_MODE").map(|s| s.to_ascii_lowercase()).as_deref() {
+            None | Some("auto") => Mode::Auto,
+            Some("symm") => Mode::Symm,
+            Some("nccl") => Mode::Nccl,
+            Some(other) => {
+                warnings.push(format!("SYMM_NCCL_MODE={other:?} is not auto, symm or nccl; using auto"));
+                Mode::Auto
+            }
+        };
+        Config { mode, lib: param("NCCL_LIB"), warnings }
+    })
+}
+
+/// `SYMM_<name>`, trimmed; None when unset or empty. The one place that
+/// reads the environment.
+fn param(name: &str) -> Option<String> {
+    let v = std::env::var(format!("{}{name}", symmcomm::config::PREFIX)).ok()?;
+    let v = v.trim();
+    (!v.is_empty()).then(|| v.to_string())
+}

@@ -1,0 +1,620 @@
+//! `libnccl.so.2` over symmcomm: every host function of NCCL 2.28's nccl.h
+//! (and its `pnccl*` profiling alias), with NCCL's ABI.
+//!
+//! Each communicator takes one of two paths, the same on every rank:
+//! - **native** (symmcomm) when all its ranks share a host with peer
+//!   access: collectives with built-in ops and dtypes, send/recv, groups,
+//!   window registration, async errors and abort run on symmcomm; the rest
+//!   (gather, scatter, PreMulSum ops, split, shrink, ...) is forwarded to
+//!   the real NCCL communicator made alongside it;
+//! - **NCCL** for everything else (ranks on several hosts, split/shrink
+//!   results, `SYMM_NCCL_MODE=nccl`).
+//!
+//! Routing depends only on the communicator and the call's arguments, never
+//! on rank-local state, so every rank takes the same path for the same call.
+//! Files: [`real`] finds and loads the real NCCL, [`id`] packs both unique
+//! ids into one, [`comm`] builds communicators, [`group`] spans groups over
+//! both paths, [`error`] is the boundary, [`symm`] declares symmcomm's C API.
+#![allow(non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
+
+pub mod comm;
+pub mod config;
+pub mod error;
+pub mod group;
+pub mod id;
+pub mod real;
+pub mod symm;
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use comm::{Comm, ConfigCopy, NcclComm};
+use error::*;
+use parking_lot::Mutex;
+use real::{RawId, RealComm};
+use symm::{Stream, SymmComm};
+
+/// The NCCL version this library stands in for (nccl.h 2.28.9, the pinned
+/// header it is checked against).
+pub const NCCL_VERSION_CODE: c_int = 22809;
+const NUM_TYPES: c_int = 12;
+const NUM_OPS: c_int = 5;
+
+/// symmcomm's logger (SYMM_DEBUG), plus this library's config warnings.
+pub(crate) fn debug_init() {
+    symmcomm::debug::init();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cfg = config::get();
+        cfg.warnings.iter().for_each(|w| log::warn!(target: "symmcomm::config", "{w}"));
+        log::info!(target: "symmcomm::config", "NCCL stand-in {NCCL_VERSION_CODE}, SYMM_NCCL_MODE={:?}, SYMM_NCCL_LIB={:?}", cfg.mode, cfg.lib);
+    });
+}
+
+/// Defines `ncclX` and its profiling alias `pncclX` (the same function).
+macro_rules! nccl_api {
+    ($name:ident / $pname:ident ( $($a:ident : $t:ty),* ) -> $ret:ty $body:block) => {
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> $ret $body
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> $ret { $name($($a),*) }
+    };
+}
+
+fn null() -> NcclComm {
+    std::ptr::null_mut()
+}
+
+// ---- version, errors ------------------------------------------------------
+
+nccl_api!(ncclGetVersion / pncclGetVersion(version: *mut c_int) -> c_int {
+    boundary("ncclGetVersion", null(), || {
+        not_null(version, "version")?;
+        // SAFETY: checked non-null.
+        unsafe { version.write(NCCL_VERSION_CODE) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclGetErrorString / pncclGetErrorString(result: c_int) -> *const c_char {
+    boundary_value(c"internal error".as_ptr(), || {
+        match result {
+            0 => c"no error",
+            1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO or SYMM_DEBUG=INFO for details)",
+            2 => c"unhandled system error (run with NCCL_DEBUG=INFO or SYMM_DEBUG=INFO for details)",
+            3 => c"internal error - please report this issue to the symmcomm developers",
+            4 => c"invalid argument (run with SYMM_DEBUG=INFO for details)",
+            5 => c"invalid usage (run with SYMM_DEBUG=INFO for details)",
+            6 => c"remote process exited or there was a network error",
+            7 => c"NCCL operation in progress",
+            _ => c"unknown result code",
+        }
+        .as_ptr()
+    })
+});
+
+nccl_api!(ncclGetLastError / pncclGetLastError(comm: NcclComm) -> *const c_char {
+    boundary_value(c"".as_ptr(), || match comm::get(comm) {
+        Ok(c) if !comm.is_null() => c.last_error.lock().as_ptr(),
+        _ => thread_last_error(),
+    })
+});
+
+nccl_api!(ncclResetDebugInit / pncclResetDebugInit() -> () {
+    // symmcomm reads SYMM_DEBUG once; the real NCCL, when loaded, resets its own.
+    boundary_value((), || {
+        if let Some(f) = real::loaded().and_then(|r| r.api.ncclResetDebugInit) {
+            // SAFETY: no arguments.
+            unsafe { f() }
+        }
+    })
+});
+
+// ---- unique ids, communicators -------------------------------------------
+
+nccl_api!(ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut RawId) -> c_int {
+    boundary("ncclGetUniqueId", null(), || {
+        not_null(uniqueId, "uniqueId")?;
+        let b = comm::new_unique_id()?;
+        // SAFETY: checked non-null; 128 bytes.
+        unsafe { (*uniqueId).internal = b };
+        Ok(())
+    })
+});
+
+/// Shared by ncclCommInitRank and ncclCommInitRankConfig.
+fn init_rank(api: &'static str, out: *mut NcclComm, nranks: c_int, id: RawId, rank: c_int, config: *mut c_void) -> c_int {
+    boundary(api, null(), || {
+        not_null(out, "comm")?;
+        // SAFETY: NULL or an ncclConfig_t of its stated size.
+        let cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        if group::active() {
+            // Written at the outermost ncclGroupEnd, as NCCL does.
+            let out = out as usize;
+            return group::defer_init(Box::new(move || {
+                let c = comm::init_rank(nranks, &id.internal, rank, cfg)?;
+                // SAFETY: the caller keeps *comm valid until ncclGroupEnd.
+                unsafe { (out as *mut NcclComm).write(comm::register(c)) };
+                Ok(())
+            }));
+        }
+        let c = comm::init_rank(nranks, &id.internal, rank, cfg)?;
+        // SAFETY: checked non-null.
+        unsafe { out.write(comm::register(c)) };
+        Ok(())
+    })
+}
+
+nccl_api!(ncclCommInitRank / pncclCommInitRank(comm: *mut NcclComm, nranks: c_int, commId: RawId, rank: c_int) -> c_int {
+    init_rank("ncclCommInitRank", comm, nranks, commId, rank, std::ptr::null_mut())
+});
+
+nccl_api!(ncclCommInitRankConfig / pncclCommInitRankConfig(comm: *mut NcclComm, nranks: c_int, commId: RawId, rank: c_int, config: *mut c_void) -> c_int {
+    init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config)
+});
+
+nccl_api!(ncclCommInitAll / pncclCommInitAll(comms: *mut NcclComm, ndev: c_int, devlist: *const c_int) -> c_int {
+    boundary("ncclCommInitAll", null(), || {
+        not_null(comms, "comm")?;
+        if ndev < 1 {
+            bail!(NCCL_INVALID_ARGUMENT, "ndev is {ndev}; it must be at least 1");
+        }
+        let devices: Vec<c_int> = if devlist.is_null() {
+            (0..ndev).collect()
+        } else {
+            // SAFETY: the caller provides ndev ints.
+            unsafe { std::slice::from_raw_parts(devlist, ndev as usize) }.to_vec()
+        };
+        if let Some((i, d)) = devices.iter().enumerate().find(|(_, d)| **d < 0) {
+            bail!(NCCL_INVALID_ARGUMENT, "devlist[{i}] is {d}");
+        }
+        for (i, c) in comm::init_all(&devices)?.into_iter().enumerate() {
+            // SAFETY: room for ndev handles.
+            unsafe { comms.add(i).write(comm::register(c)) };
+        }
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommInitRankScalable / pncclCommInitRankScalable(newcomm: *mut NcclComm, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut RawId, config: *mut c_void) -> c_int {
+    boundary("ncclCommInitRankScalable", null(), || {
+        not_null(newcomm, "newcomm")?;
+        not_null(commIds, "commIds")?;
+        if nId < 1 {
+            bail!(NCCL_INVALID_ARGUMENT, "nId is {nId}; it must be at least 1");
+        }
+        // SAFETY: NULL or an ncclConfig_t.
+        let mut cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        // SAFETY: the caller provides nId ids.
+        let ids = unsafe { std::slice::from_raw_parts(commIds, nId as usize) };
+        let mut real_ids = Vec::with_capacity(ids.len());
+        for (i, b) in ids.iter().enumerate() {
+            real_ids.push(match id::unpack(&b.internal)? {
+                Some(ids) => RawId { internal: ids.nccl.ok_or_else(|| Error::new(NCCL_INVALID_USAGE, format!("commIds[{i}] has no NCCL part (no real NCCL where it was made)")))? },
+                None => *b,
+            });
+        }
+        let r = real::get()?;
+        let f = real::func(r, r.api.ncclCommInitRankScalable, "ncclCommInitRankScalable")?;
+        let mut rc: RealComm = std::ptr::null_mut();
+        let cfg_ptr = cfg.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
+        // SAFETY: NCCL's signature; buffers outlive the call.
+        real::check(r, unsafe { f(&mut rc, nranks, myrank, nId, real_ids.as_mut_ptr(), cfg_ptr) }, rc, "ncclCommInitRankScalable")?;
+        let c = comm::wrap_real(r, rc, "ncclCommInitRankScalable", "made by ncclCommInitRankScalable (NCCL only)");
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(comm::register(c)) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommFinalize / pncclCommFinalize(comm: NcclComm) -> c_int {
+    boundary("ncclCommFinalize", comm, || {
+        let c = comm::get(comm)?;
+        // symmcomm's destroy already waits for the device; NCCL's finalize
+        // flushes its own outstanding work.
+        if !c.real.is_null() {
+            let (r, rc) = c.forward("ncclCommFinalize")?;
+            let f = real::func(r, r.api.ncclCommFinalize, "ncclCommFinalize")?;
+            // SAFETY: a live NCCL comm.
+            real::check(r, unsafe { f(rc) }, rc, "ncclCommFinalize")?;
+        }
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommDestroy / pncclCommDestroy(comm: NcclComm) -> c_int {
+    boundary("ncclCommDestroy", null(), || { let c = comm::release(comm)?; comm::teardown(&c, false) })
+});
+
+nccl_api!(ncclCommAbort / pncclCommAbort(comm: NcclComm) -> c_int {
+    boundary("ncclCommAbort", null(), || { let c = comm::release(comm)?; comm::teardown(&c, true) })
+});
+
+nccl_api!(ncclCommRevoke / pncclCommRevoke(comm: NcclComm, revokeFlags: c_int) -> c_int {
+    boundary("ncclCommRevoke", comm, || {
+        let c = comm::get(comm)?;
+        let (r, rc) = c.forward("ncclCommRevoke")?;
+        let f = real::func(r, r.api.ncclCommRevoke, "ncclCommRevoke")?;
+        // SAFETY: a live NCCL comm.
+        real::check(r, unsafe { f(rc, revokeFlags) }, rc, "ncclCommRevoke")
+    })
+});
+
+nccl_api!(ncclCommSplit / pncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: *mut c_void) -> c_int {
+    boundary("ncclCommSplit", comm, || {
+        let c = comm::get(comm)?;
+        not_null(newcomm, "newcomm")?;
+        // SAFETY: NULL or an ncclConfig_t.
+        let mut cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        let (r, rc) = c.forward("ncclCommSplit")?;
+        let f = real::func(r, r.api.ncclCommSplit, "ncclCommSplit")?;
+        let mut child: RealComm = std::ptr::null_mut();
+        let cfg_ptr = cfg.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(rc, color, key, &mut child, cfg_ptr) }, rc, "ncclCommSplit")?;
+        let out = if child.is_null() { null() } else { comm::register(comm::wrap_real(r, child, "ncclCommSplit", "made by ncclCommSplit (NCCL only)")) };
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(out) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut c_void, shrinkFlags: c_int) -> c_int {
+    boundary("ncclCommShrink", comm, || {
+        let c = comm::get(comm)?;
+        not_null(newcomm, "newcomm")?;
+        if excludeRanksCount > 0 {
+            not_null(excludeRanksList, "excludeRanksList")?;
+        }
+        // SAFETY: NULL or an ncclConfig_t.
+        let mut cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        let (r, rc) = c.forward("ncclCommShrink")?;
+        let f = real::func(r, r.api.ncclCommShrink, "ncclCommShrink")?;
+        let mut child: RealComm = std::ptr::null_mut();
+        let cfg_ptr = cfg.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(rc, excludeRanksList, excludeRanksCount, &mut child, cfg_ptr, shrinkFlags) }, rc, "ncclCommShrink")?;
+        let out = if child.is_null() { null() } else { comm::register(comm::wrap_real(r, child, "ncclCommShrink", "made by ncclCommShrink (NCCL only)")) };
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(out) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommGetAsyncError / pncclCommGetAsyncError(comm: NcclComm, asyncError: *mut c_int) -> c_int {
+    boundary("ncclCommGetAsyncError", comm, || {
+        let c = comm::get(comm)?;
+        not_null(asyncError, "asyncError")?;
+        let mut code = NCCL_SUCCESS;
+        if c.native() {
+            let mut e = 0;
+            // SAFETY: a live symmcomm comm; one int out.
+            symm_result(unsafe { symm::symmCommGetAsyncError(c.symm, &mut e) }, c.symm, "symmCommGetAsyncError")?;
+            if e != 0 {
+                code = from_symm(e);
+                let msg = symm::last_error(c.symm);
+                log::info!(target: "symmcomm::coll", "rank {}/{}: {msg}", c.rank, c.nranks);
+                record(comm, msg);
+            }
+        }
+        if code == NCCL_SUCCESS && !c.real.is_null() {
+            let r = real::loaded().expect("loaded");
+            let f = real::func(r, r.api.ncclCommGetAsyncError, "ncclCommGetAsyncError")?;
+            // SAFETY: a live NCCL comm; one int out.
+            real::check(r, unsafe { f(c.real, &mut code) }, c.real, "ncclCommGetAsyncError")?;
+        }
+        // SAFETY: checked non-null.
+        unsafe { asyncError.write(code) };
+        Ok(())
+    })
+});
+
+fn query(api: &'static str, comm: NcclComm, out: *mut c_int, f: impl FnOnce(&Comm) -> c_int) -> c_int {
+    boundary(api, comm, || {
+        let c = comm::get(comm)?;
+        not_null(out, "output pointer")?;
+        // SAFETY: checked non-null.
+        unsafe { out.write(f(&c)) };
+        Ok(())
+    })
+}
+
+nccl_api!(ncclCommCount / pncclCommCount(comm: NcclComm, count: *mut c_int) -> c_int {
+    query("ncclCommCount", comm, count, |c| c.nranks)
+});
+nccl_api!(ncclCommCuDevice / pncclCommCuDevice(comm: NcclComm, device: *mut c_int) -> c_int {
+    query("ncclCommCuDevice", comm, device, |c| c.device)
+});
+nccl_api!(ncclCommUserRank / pncclCommUserRank(comm: NcclComm, rank: *mut c_int) -> c_int {
+    query("ncclCommUserRank", comm, rank, |c| c.rank)
+});
+
+// ---- registration, memory -------------------------------------------------
+
+/// A buffer registration (ncclCommRegister) or window (ncclCommWindowRegister).
+struct Registration {
+    comm: Arc<Comm>,
+    window: bool,
+    /// symmCommRegister's handle (windows on native communicators).
+    symm: *mut c_void,
+    /// The real NCCL's handle or window.
+    real: *mut c_void,
+}
+// SAFETY: opaque handles of thread-safe libraries.
+unsafe impl Send for Registration {}
+
+static REGISTRATIONS: Mutex<Option<HashMap<usize, Registration>>> = Mutex::new(None);
+
+fn add_registration(r: Registration) -> *mut c_void {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    let key = (0x5ec1 << 32) | (NEXT.fetch_add(1, Ordering::Relaxed) << 4);
+    REGISTRATIONS.lock().get_or_insert_with(HashMap::new).insert(key, r);
+    key as *mut c_void
+}
+
+fn take_registration(c: &Arc<Comm>, handle: *mut c_void, window: bool) -> Result<Registration> {
+    let mut table = REGISTRATIONS.lock();
+    let m = table.get_or_insert_with(HashMap::new);
+    match m.get(&(handle as usize)) {
+        Some(r) if Arc::ptr_eq(&r.comm, c) && r.window == window => Ok(m.remove(&(handle as usize)).unwrap()),
+        Some(_) => bail!(NCCL_INVALID_ARGUMENT, "handle {handle:p} belongs to another communicator or is not a {}", if window { "window" } else { "registration" }),
+        None => bail!(NCCL_INVALID_ARGUMENT, "handle {handle:p} is not a live {}", if window { "window" } else { "registration" }),
+    }
+}
+
+nccl_api!(ncclCommRegister / pncclCommRegister(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> c_int {
+    boundary("ncclCommRegister", comm, || {
+        let c = comm::get(comm)?;
+        not_null(handle, "handle")?;
+        not_null(buff, "buff")?;
+        // NCCL's registration is local (not collective), so it cannot become
+        // symmcomm's collective one: native collectives read unregistered
+        // buffers through their staging path. The real NCCL communicator,
+        // when there is one, registers it for the calls it serves.
+        let mut real_handle = std::ptr::null_mut();
+        if !c.real.is_null() {
+            let (r, rc) = c.forward("ncclCommRegister")?;
+            let f = real::func(r, r.api.ncclCommRegister, "ncclCommRegister")?;
+            // SAFETY: NCCL's signature.
+            real::check(r, unsafe { f(rc, buff, size, &mut real_handle) }, rc, "ncclCommRegister")?;
+        }
+        let h = add_registration(Registration { comm: c, window: false, symm: std::ptr::null_mut(), real: real_handle });
+        // SAFETY: checked non-null.
+        unsafe { handle.write(h) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommDeregister / pncclCommDeregister(comm: NcclComm, handle: *mut c_void) -> c_int {
+    boundary("ncclCommDeregister", comm, || {
+        let c = comm::get(comm)?;
+        let reg = take_registration(&c, handle, false)?;
+        if !reg.real.is_null() {
+            let (r, rc) = c.forward("ncclCommDeregister")?;
+            let f = real::func(r, r.api.ncclCommDeregister, "ncclCommDeregister")?;
+            // SAFETY: NCCL's handle from ncclCommRegister.
+            real::check(r, unsafe { f(rc, reg.real) }, rc, "ncclCommDeregister")?;
+        }
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommWindowRegister / pncclCommWindowRegister(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut *mut c_void, winFlags: c_int) -> c_int {
+    boundary("ncclCommWindowRegister", comm, || {
+        let c = comm::get(comm)?;
+        not_null(win, "win")?;
+        not_null(buff, "buff")?;
+        let (mut s, mut rw) = (std::ptr::null_mut(), std::ptr::null_mut());
+        if c.native() {
+            // Collective in both libraries: symmcomm's registration makes
+            // the buffer readable by peers in place (zero-copy).
+            // SAFETY: a live comm; one handle out.
+            symm_result(unsafe { symm::symmCommRegister(c.symm, buff, size, &mut s) }, c.symm, "symmCommRegister")?;
+        } else {
+            let (r, rc) = c.forward("ncclCommWindowRegister")?;
+            let f = real::func(r, r.api.ncclCommWindowRegister, "ncclCommWindowRegister")?;
+            // SAFETY: NCCL's signature.
+            real::check(r, unsafe { f(rc, buff, size, &mut rw, winFlags) }, rc, "ncclCommWindowRegister")?;
+        }
+        let h = add_registration(Registration { comm: c, window: true, symm: s, real: rw });
+        // SAFETY: checked non-null.
+        unsafe { win.write(h) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, win: *mut c_void) -> c_int {
+    boundary("ncclCommWindowDeregister", comm, || {
+        let c = comm::get(comm)?;
+        let reg = take_registration(&c, win, true)?;
+        if !reg.symm.is_null() {
+            // SAFETY: symmcomm's handle from symmCommRegister.
+            symm_result(unsafe { symm::symmCommDeregister(c.symm, reg.symm) }, c.symm, "symmCommDeregister")?;
+        }
+        if !reg.real.is_null() {
+            let (r, rc) = c.forward("ncclCommWindowDeregister")?;
+            let f = real::func(r, r.api.ncclCommWindowDeregister, "ncclCommWindowDeregister")?;
+            // SAFETY: NCCL's window.
+            real::check(r, unsafe { f(rc, reg.real) }, rc, "ncclCommWindowDeregister")?;
+        }
+        Ok(())
+    })
+});
+
+nccl_api!(ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> c_int {
+    // NCCL's allocator (cuMem with shareable handles, which symmcomm's
+    // registration accepts); not tied to a communicator.
+    boundary("ncclMemAlloc", null(), || {
+        not_null(ptr, "ptr")?;
+        let r = real::get()?;
+        let f = real::func(r, r.api.ncclMemAlloc, "ncclMemAlloc")?;
+        let mut p = std::ptr::null_mut();
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(&mut p, size) }, std::ptr::null_mut(), "ncclMemAlloc")?;
+        // SAFETY: checked non-null.
+        unsafe { ptr.write(p) };
+        Ok(())
+    })
+});
+
+nccl_api!(ncclMemFree / pncclMemFree(ptr: *mut c_void) -> c_int {
+    boundary("ncclMemFree", null(), || {
+        let r = real::get()?;
+        let f = real::func(r, r.api.ncclMemFree, "ncclMemFree")?;
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(ptr) }, std::ptr::null_mut(), "ncclMemFree")
+    })
+});
+
+// ---- reduction ops ------------------------------------------------------
+
+nccl_api!(ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut c_int, scalar: *mut c_void, datatype: c_int, residence: c_int, comm: NcclComm) -> c_int {
+    // The op number NCCL returns is >= ncclNumOps, so every collective
+    // using it is forwarded, on every rank.
+    boundary("ncclRedOpCreatePreMulSum", comm, || {
+        let c = comm::get(comm)?;
+        not_null(op, "op")?;
+        let (r, rc) = c.forward("ncclRedOpCreatePreMulSum")?;
+        let f = real::func(r, r.api.ncclRedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum")?;
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(op, scalar, datatype, residence, rc) }, rc, "ncclRedOpCreatePreMulSum")
+    })
+});
+
+nccl_api!(ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: NcclComm) -> c_int {
+    boundary("ncclRedOpDestroy", comm, || {
+        let c = comm::get(comm)?;
+        let (r, rc) = c.forward("ncclRedOpDestroy")?;
+        let f = real::func(r, r.api.ncclRedOpDestroy, "ncclRedOpDestroy")?;
+        // SAFETY: NCCL's signature.
+        real::check(r, unsafe { f(op, rc) }, rc, "ncclRedOpDestroy")
+    })
+});
+
+// ---- collectives, point-to-point -----------------------------------------
+
+/// Route one call: natively when the communicator has a symmcomm path and
+/// `native_ok` (decided from the arguments alone), else to the real NCCL.
+fn dispatch(
+    api: &'static str,
+    comm: NcclComm,
+    native_ok: bool,
+    native: impl FnOnce(SymmComm) -> c_int,
+    forward: impl FnOnce(&'static real::Real, RealComm) -> Result<c_int>,
+) -> c_int {
+    boundary(api, comm, || {
+        let c = comm::get(comm)?;
+        if c.native() && native_ok {
+            return symm_result(native(c.symm), c.symm, "symmcomm");
+        }
+        let (r, rc) = c.forward(api)?;
+        let code = forward(r, rc)?;
+        real::check(r, code, rc, api)
+    })
+}
+
+fn builtin(datatype: c_int, op: Option<c_int>) -> bool {
+    (0..NUM_TYPES).contains(&datatype) && op.is_none_or(|op| (0..NUM_OPS).contains(&op))
+}
+
+nccl_api!(ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclAllReduce", comm, builtin(datatype, Some(op)),
+        // SAFETY (both closures): the caller's arguments, passed through.
+        |s| unsafe { symm::symmAllReduce(sendbuff, recvbuff, count, datatype, op, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclAllReduce, "ncclAllReduce")?(sendbuff, recvbuff, count, datatype, op, rc, stream) }))
+});
+
+nccl_api!(ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclReduce", comm, builtin(datatype, Some(op)),
+        |s| unsafe { symm::symmReduce(sendbuff, recvbuff, count, datatype, op, root, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclReduce, "ncclReduce")?(sendbuff, recvbuff, count, datatype, op, root, rc, stream) }))
+});
+
+nccl_api!(ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclBroadcast", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmBroadcast(sendbuff, recvbuff, count, datatype, root, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclBroadcast, "ncclBroadcast")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
+});
+
+nccl_api!(ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclBcast", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmBroadcast(buff, buff, count, datatype, root, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclBcast, "ncclBcast")?(buff, count, datatype, root, rc, stream) }))
+});
+
+nccl_api!(ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclReduceScatter", comm, builtin(datatype, Some(op)),
+        |s| unsafe { symm::symmReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclReduceScatter, "ncclReduceScatter")?(sendbuff, recvbuff, recvcount, datatype, op, rc, stream) }))
+});
+
+nccl_api!(ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclAllGather", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmAllGather(sendbuff, recvbuff, sendcount, datatype, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclAllGather, "ncclAllGather")?(sendbuff, recvbuff, sendcount, datatype, rc, stream) }))
+});
+
+nccl_api!(ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclAlltoAll", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmAllToAll(sendbuff, recvbuff, count, datatype, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclAlltoAll, "ncclAlltoAll")?(sendbuff, recvbuff, count, datatype, rc, stream) }))
+});
+
+// symmcomm has no gather or scatter: always NCCL.
+nccl_api!(ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclGather", comm, false, |_| unreachable!(),
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclGather, "ncclGather")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
+});
+
+nccl_api!(ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclScatter", comm, false, |_| unreachable!(),
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclScatter, "ncclScatter")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
+});
+
+nccl_api!(ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclSend", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmSend(sendbuff, count, datatype, peer, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclSend, "ncclSend")?(sendbuff, count, datatype, peer, rc, stream) }))
+});
+
+nccl_api!(ncclRecv / pncclRecv(recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclRecv", comm, builtin(datatype, None),
+        |s| unsafe { symm::symmRecv(recvbuff, count, datatype, peer, s, stream) },
+        |r, rc| Ok(unsafe { real::func(r, r.api.ncclRecv, "ncclRecv")?(recvbuff, count, datatype, peer, rc, stream) }))
+});
+
+// ---- groups -----------------------------------------------------------------
+
+nccl_api!(ncclGroupStart / pncclGroupStart() -> c_int {
+    boundary("ncclGroupStart", null(), || {
+        // Load the real NCCL now (if it is used at all), so that a group
+        // opened before the first communicator still spans both paths.
+        if config::get().mode != config::Mode::Symm {
+            let _ = real::get();
+        }
+        group::start()
+    })
+});
+
+nccl_api!(ncclGroupEnd / pncclGroupEnd() -> c_int {
+    boundary("ncclGroupEnd", null(), group::end)
+});
+
+nccl_api!(ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut c_void) -> c_int {
+    // Only NCCL can estimate; symmcomm-served calls of the group have no
+    // simulator, so ending the group runs them (as ncclGroupEnd would).
+    boundary("ncclGroupSimulateEnd", null(), || {
+        not_null(simInfo, "simInfo")?;
+        let r = real::get()?;
+        let f = real::func(r, r.api.ncclGroupSimulateEnd, "ncclGroupSimulateEnd")?;
+        group::simulate_end(|| {
+            // SAFETY: NCCL's signature; simInfo checked non-null.
+            real::check(r, unsafe { f(simInfo) }, std::ptr::null_mut(), "ncclGroupSimulateEnd")
+        })
+    })
+});
+
+// After nccl_api!, which it uses.
+mod device_api;
