@@ -1,4 +1,4 @@
-/* The shared part of the symmetric-memory GPU tests; see gpu_world.h. */
+/* The multi-rank harness of the GPU drivers; see gpu_world.h. */
 #include "gpu_world.h"
 
 #include <dirent.h>
@@ -22,11 +22,24 @@ static const char *mode_name(enum tw_mode m) {
   return m == TW_MP ? "mp" : m == TW_ALL ? "all" : "one";
 }
 
-/* ---- watchdog and phase ------------------------------------------------- */
+/* ---- the process's world, watchdog and phase ------------------------------ */
 
-static char g_phase[256] = "start-up";
-static struct tw *g_tw;   /* the world of this process */
-static int g_finished;    /* the body returned normally (mp child) */
+static struct tw *g_tw;              /* the world of this process */
+static const struct tw_spec *g_spec; /* what the driver is */
+static char g_phase[TW_PHASE_BYTES] = "start-up";
+static char g_wd_prefix[192] = "?"; /* "<name> <mode> n<N> rank R", made before the alarm can fire */
+static unsigned g_limit_s;           /* the watchdog's limit */
+static int g_finished;               /* the body returned normally (mp child) */
+
+struct tw *tw_world(void) { return g_tw; }
+
+double tw_scale(void) { return g_tw && g_tw->shared ? 4.0 : 1.0; }
+
+const char *tw_current_phase(void) { return g_phase; }
+
+void tw_progress(void) {
+  if (g_spec && g_spec->stall && g_limit_s) alarm(g_limit_s);
+}
 
 void tw_phase(const char *fmt, ...) {
   char buf[sizeof g_phase];
@@ -35,6 +48,9 @@ void tw_phase(const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   memcpy(g_phase, buf, sizeof g_phase);
+  if (g_tw && g_tw->mode == TW_MP && g_tw->sh && g_tw->nlocal == 1)
+    memcpy(g_tw->sh->phase[g_tw->r[0].rank], buf, sizeof buf);
+  tw_progress();
 }
 
 static void wd_write(const char *s) {
@@ -42,65 +58,67 @@ static void wd_write(const char *s) {
   (void)w;
 }
 
-static void mark_dead(void) {
-  if (g_tw && g_tw->mode == TW_MP && g_tw->sh)
-    __atomic_store_n(&g_tw->sh->dead, g_tw->r[0].rank + 1, __ATOMIC_RELEASE);
+void tw_mark_dead(void) {
+  if (g_tw && g_tw->mode == TW_MP && g_tw->sh && g_tw->nlocal == 1) {
+    int expected = 0;
+    __atomic_compare_exchange_n(&g_tw->sh->dead, &expected, g_tw->r[0].rank + 1, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+  }
+}
+
+int tw_peer_dead(void) {
+  return g_tw && g_tw->mode == TW_MP && g_tw->sh && __atomic_load_n(&g_tw->sh->dead, __ATOMIC_ACQUIRE) != 0;
 }
 
 static void on_alarm(int sig) {
   (void)sig;
   wd_write("\nFAIL watchdog: ");
-  if (g_tw) {
-    wd_write(g_tw->name);
-    wd_write(" ");
-    wd_write(mode_name(g_tw->mode));
-  }
-  if (g_tw && g_tw->mode == TW_MP) wd_write(g_tw->r[0].rank == 0 ? " rank 0" : " rank 1");
-  wd_write(": no end in sight; stuck in phase: ");
+  wd_write(g_wd_prefix);
+  wd_write(g_spec && g_spec->stall ? ": no progress within the time limit; stuck in phase: "
+                                   : ": no end in sight (time limit passed); stuck in phase: ");
   wd_write(g_phase);
   wd_write("\n");
-  mark_dead();
+  tw_mark_dead();
   _exit(3);
 }
 
 static void at_exit_mark_dead(void) {
-  if (!g_finished) mark_dead();
+  if (!g_finished) tw_mark_dead();
 }
 
-static void watchdog_start(double limit_s) {
+static void watchdog_start(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_alarm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
-  alarm((unsigned)(limit_s + 0.5));
+  alarm(g_limit_s);
 }
 
 /* ---- messages ------------------------------------------------------------ */
 
 static void prefix(const struct tw *tw, char *buf, size_t len) {
-  if (!tw) {
+  if (!tw)
     snprintf(buf, len, "?");
-  } else if (tw->mode == TW_MP) {
-    snprintf(buf, len, "%s mp rank %d", tw->name, tw->r[0].rank);
-  } else {
-    snprintf(buf, len, "%s %s", tw->name, mode_name(tw->mode));
-  }
+  else if (tw->mode == TW_MP && tw->nlocal == 1)
+    snprintf(buf, len, "%s mp n%d rank %d", tw->name, tw->nranks, tw->r[0].rank);
+  else
+    snprintf(buf, len, "%s %s n%d", tw->name, mode_name(tw->mode), tw->nranks);
 }
 
 void tw_log(const struct tw *tw, const char *fmt, ...) {
-  char pre[128], body[2048];
+  char pre[160], body[4096];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(body, sizeof body, fmt, ap);
   va_end(ap);
-  prefix(tw, pre, sizeof pre);
+  prefix(tw ? tw : g_tw, pre, sizeof pre);
   printf("[%s] %s\n", pre, body);
   fflush(stdout);
 }
 
 void tw_fail_at(const char *file, int line, const struct tw_rank *r, const char *fmt, ...) {
-  char pre[128], body[2048];
+  char pre[160], body[4096];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(body, sizeof body, fmt, ap);
@@ -116,7 +134,8 @@ int tw_symm_ok(const char *file, int line, const struct tw_rank *r, const char *
   if (rc == symmSuccess) return 1;
   char msg[1024];
   const char *m = tu_last_error(r ? r->comm : NULL, msg, sizeof msg);
-  tw_fail_at(file, line, r, "%s returned %s: %s", expr, tu_result_name(rc), m ? m : "(NULL message)");
+  tw_fail_at(file, line, r, "%s returned %s: %s (phase: %s)", expr, tu_result_name(rc), m ? m : "(NULL message)",
+             g_phase);
   return 0;
 }
 
@@ -136,6 +155,11 @@ int tw_expect_fail(const char *file, int line, const struct tw_rank *r, const ch
   return 1;
 }
 
+void tw_cuda_fatal(const char *file, int line, const char *expr, CUresult rc) {
+  tw_fail_at(file, line, NULL, "CUDA call %s failed: %s (phase: %s)", expr, tu_cu_error(rc), g_phase);
+  tu_exit_now();
+}
+
 /* ---- CUDA helpers ---------------------------------------------------------- */
 
 void tw_sleep(double s) {
@@ -150,29 +174,84 @@ void tw_use(const struct tw_rank *r) {
   TW_REQUIRE(r, rc == 0, "cuCtxSetCurrent: %s", tu_cu_error(rc));
 }
 
-int tw_stream_poll(const struct tw_rank *r, double timeout_s) {
+/* 0 idle, 1 busy after timeout_s, -1 failed (reported). `checked`: also
+ * give up on an asynchronous error of r's communicator or a dead peer. */
+static int poll_stream(const struct tw_rank *r, CUstream s, double timeout_s, int checked) {
   tw_use(r);
-  double deadline = tu_now() + timeout_s;
+  const double start = tu_now();
+  double next_check = start + 0.01, nap = 2e-6;
   for (;;) {
-    CUresult rc = tu_cu.cuStreamQuery(r->stream);
+    CUresult rc = tu_cu.cuStreamQuery(s);
     if (rc == 0) return 0;
     if (rc != TU_CUDA_ERROR_NOT_READY) {
       tw_fail_at(__FILE__, __LINE__, r, "cuStreamQuery: %s (phase: %s)", tu_cu_error(rc), g_phase);
       return -1;
     }
-    if (tu_now() > deadline) return 1;
-    tw_sleep(20e-6);
+    const double now = tu_now();
+    if (checked && now >= next_check) {
+      next_check = now + 0.01;
+      if (r->comm) {
+        symmResult_t ae = symmSuccess;
+        symmResult_t q = symmCommGetAsyncError(r->comm, &ae);
+        if (q != symmSuccess || ae != symmSuccess) {
+          char msg[1024];
+          const char *m = tu_last_error(r->comm, msg, sizeof msg);
+          tw_fail_at(__FILE__, __LINE__, r,
+                     "asynchronous error while waiting for the stream: symmCommGetAsyncError returned %s, "
+                     "asyncError %s (last error: %s) (phase: %s)",
+                     tu_result_name(q), tu_result_name(ae), m ? m : "(NULL)", g_phase);
+          return -1;
+        }
+      }
+      if (tw_peer_dead()) {
+        tw_fail_at(__FILE__, __LINE__, r, "rank %d's process stopped early (see its messages) (phase: %s)",
+                   __atomic_load_n(&g_tw->sh->dead, __ATOMIC_ACQUIRE) - 1, g_phase);
+        return -1;
+      }
+    }
+    if (now - start > timeout_s) return 1;
+    tw_sleep(nap);
+    if (nap < 200e-6) nap *= 2;
   }
 }
 
+int tw_stream_poll(const struct tw_rank *r, CUstream s, double timeout_s) { return poll_stream(r, s, timeout_s, 0); }
+
+void tw_stream_wait_on(const struct tw_rank *r, CUstream s, double timeout_s, const char *what) {
+  const double limit = timeout_s * tw_scale();
+  int rc = poll_stream(r, s, limit, 1);
+  TW_REQUIRE(r, rc != 1, "stream still busy after %.0f s: %s (phase: %s)", limit, what, g_phase);
+  TW_REQUIRE(r, rc == 0, "stream wait failed: %s", what);
+  tw_progress();
+}
+
 void tw_stream_wait(const struct tw_rank *r, double timeout_s, const char *what) {
-  int rc = tw_stream_poll(r, timeout_s);
-  TW_REQUIRE(r, rc != 1, "stream still busy after %.0f s: %s (phase: %s)", timeout_s, what, g_phase);
-  TW_REQUIRE(r, rc == 0, "stream failed: %s", what);
+  tw_stream_wait_on(r, r->stream, timeout_s, what);
 }
 
 void tw_sync_all(const struct tw *tw, double timeout_s, const char *what) {
   for (int i = 0; i < tw->nlocal; i++) tw_stream_wait(&tw->r[i], timeout_s, what);
+}
+
+/* The harness's own kernels: no async-error check (they also run after a
+ * fault, see tw_check_context_usable). */
+static void wait_plain(const struct tw_rank *r, double timeout_s, const char *what) {
+  int rc = poll_stream(r, r->stream, timeout_s * tw_scale(), 0);
+  TW_REQUIRE(r, rc != 1, "stream still busy after %.0f s: %s (phase: %s)", timeout_s * tw_scale(), what, g_phase);
+  TW_REQUIRE(r, rc == 0, "stream failed: %s", what);
+}
+
+void tw_check_async(const struct tw *tw, const char *after) {
+  for (int i = 0; i < tw->nlocal; i++) {
+    const struct tw_rank *r = &tw->r[i];
+    symmResult_t ae = symmSuccess;
+    symmResult_t q = symmCommGetAsyncError(r->comm, &ae);
+    char msg[1024];
+    const char *m = tu_last_error(r->comm, msg, sizeof msg);
+    TW_CHECK(r, q == symmSuccess && ae == symmSuccess,
+             "after %s: symmCommGetAsyncError returned %s, asyncError %s (last error: %s)", after, tu_result_name(q),
+             tu_result_name(ae), m ? m : "(NULL)");
+  }
 }
 
 void tw_launch(const struct tw_rank *r, CUfunction fn, uint64_t n, void **params, const char *what) {
@@ -192,7 +271,7 @@ static void reset_result(const struct tw_rank *r) {
 
 static struct tw_count read_result(const struct tw_rank *r, const char *what) {
   unsigned long long h[2];
-  tw_stream_wait(r, 120, what);
+  wait_plain(r, 120, what);
   CU_REQUIRE(tu_cu.cuMemcpyDtoH(h, r->scratch, sizeof h));
   return (struct tw_count){h[0], h[1]};
 }
@@ -254,7 +333,7 @@ uint32_t tw_load_u32(const struct tw_rank *r, CUdeviceptr ptr) {
   CUdeviceptr a = ptr, out = r->scratch + LOAD_SLOT;
   void *p[] = {&a, &out};
   tw_launch(r, r->k.load_u32, 0, p, "tk_load_u32");
-  tw_stream_wait(r, 60, "tk_load_u32");
+  wait_plain(r, 60, "tk_load_u32");
   uint32_t v = 0;
   CU_REQUIRE(tu_cu.cuMemcpyDtoH(&v, out, sizeof v));
   return v;
@@ -266,7 +345,7 @@ uint32_t tw_load_u32_table(const struct tw_rank *r, CUdeviceptr table, int peer,
   uint64_t w = word;
   void *p[] = {&t, &pe, &w, &out};
   tw_launch(r, r->k.load_u32_table, 0, p, "tk_load_u32_table");
-  tw_stream_wait(r, 60, "tk_load_u32_table");
+  wait_plain(r, 60, "tk_load_u32_table");
   uint32_t v = 0;
   CU_REQUIRE(tu_cu.cuMemcpyDtoH(&v, out, sizeof v));
   return v;
@@ -314,6 +393,37 @@ void tw_check_context_usable(const struct tw_rank *r, const char *after) {
   free(h);
 }
 
+CUmodule tw_load_module(const struct tw_rank *r, const char *path, const char *env) {
+  const char *e = env ? getenv(env) : NULL;
+  if (e && e[0]) path = e;
+  FILE *f = fopen(path, "rb");
+  TW_REQUIRE(r, f != NULL, "cannot open the test kernels %s: %s (set %s to the fatbin's path)", path, strerror(errno),
+             env ? env : "the path");
+  TW_REQUIRE(r, fseek(f, 0, SEEK_END) == 0, "seek %s", path);
+  long len = ftell(f);
+  TW_REQUIRE(r, len > 0 && fseek(f, 0, SEEK_SET) == 0, "%s is empty or unreadable", path);
+  size_t alloc = ((size_t)len + 63) / 64 * 64;
+  void *img = aligned_alloc(64, alloc);
+  TW_REQUIRE(r, img != NULL, "out of host memory");
+  memset(img, 0, alloc);
+  size_t got = fread(img, 1, (size_t)len, f);
+  fclose(f);
+  TW_REQUIRE(r, got == (size_t)len, "short read of %s (%zu of %ld bytes)", path, got, len);
+  tw_use(r);
+  CUmodule m = NULL;
+  CUresult rc = tu_cu.cuModuleLoadData(&m, img);
+  free(img);
+  TW_REQUIRE(r, rc == 0, "cuModuleLoadData(%s) (sm_80/sm_90 + compute_90 PTX): %s", path, tu_cu_error(rc));
+  return m;
+}
+
+CUfunction tw_function(const struct tw_rank *r, CUmodule m, const char *name) {
+  CUfunction fn = NULL;
+  CUresult rc = tu_cu.cuModuleGetFunction(&fn, m, name);
+  TW_REQUIRE(r, rc == 0, "kernel %s missing from the test module: %s", name, tu_cu_error(rc));
+  return fn;
+}
+
 /* ---- host coordination ------------------------------------------------------ */
 
 static void check_peers_alive(struct tw *tw, const char *what) {
@@ -335,17 +445,20 @@ void tw_host_barrier(struct tw *tw, const char *what) {
     __atomic_store_n(&sh->bar_count, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&sh->bar_gen, 1, __ATOMIC_RELEASE);
   } else {
-    double deadline = tu_now() + 120;
+    const double limit = tw->wait_s * tw_scale(), deadline = tu_now() + limit;
+    double nap = 2e-6;
     while (__atomic_load_n(&sh->bar_gen, __ATOMIC_ACQUIRE) == gen) {
       check_peers_alive(tw, what);
       if (tu_now() > deadline) {
-        tw_fail_at(__FILE__, __LINE__, NULL, "host barrier (%s): the other rank did not arrive in 120 s", what);
+        tw_fail_at(__FILE__, __LINE__, NULL, "host barrier (%s): the other ranks did not arrive in %.0f s", what,
+                   limit);
         tu_exit_now();
       }
-      tw_sleep(100e-6);
+      tw_sleep(nap);
+      if (nap < 100e-6) nap *= 2;
     }
   }
-  memcpy(g_phase, old_phase, sizeof g_phase);
+  tw_phase("%s", old_phase);
 }
 
 void tw_flag_set(struct tw *tw, int idx, int value) {
@@ -353,12 +466,46 @@ void tw_flag_set(struct tw *tw, int idx, int value) {
 }
 
 int tw_flag_wait(struct tw *tw, int idx, int value, double timeout_s) {
-  double deadline = tu_now() + timeout_s;
+  double deadline = tu_now() + timeout_s * tw_scale();
   while (__atomic_load_n(&tw->sh->flag[idx], __ATOMIC_ACQUIRE) != value) {
-    if (__atomic_load_n(&tw->sh->dead, __ATOMIC_ACQUIRE) || tu_now() > deadline) return -1;
+    if (tw_peer_dead() || tu_now() > deadline) return -1;
     tw_sleep(100e-6);
   }
   return 0;
+}
+
+void tw_others_wait_rank0(struct tw *tw, int idx, double timeout_s) {
+  for (int i = 0; i < tw->nlocal; i++) {
+    struct tw_rank *r = &tw->r[i];
+    if (r->rank == 0) continue;
+    tw_phase("rank %d: waiting for rank 0", r->rank);
+    TW_CHECK(r, tw_flag_wait(tw, idx, 1, timeout_s) == 0, "rank 0 did not finish its part");
+    symmResult_t async = symmInternalError;
+    TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));
+    TW_CHECK(r, async == symmSuccess, "rank %d launched nothing, yet its async error is %s (%s)", r->rank,
+             tu_result_name(async), symmGetLastError(r->comm));
+  }
+}
+
+void tw_exchange_u64(struct tw *tw, const uint64_t *v, uint64_t out[TW_MAX_RANKS]) {
+  if (tw->mode != TW_MP) {
+    for (int i = 0; i < tw->nlocal; i++) out[tw->r[i].rank] = v[i];
+    return;
+  }
+  /* Slots alternate between rounds: a rank can be at most one round ahead
+   * (the next round's barrier waits for everyone to finish reading). */
+  const unsigned par = tw->xround++ & 1;
+  __atomic_store_n(&tw->sh->xchg[par][tw->r[0].rank], v[0], __ATOMIC_RELAXED);
+  tw_host_barrier(tw, "exchanging values");
+  for (int k = 0; k < tw->nranks; k++) out[k] = __atomic_load_n(&tw->sh->xchg[par][k], __ATOMIC_RELAXED);
+}
+
+uint64_t tw_min_u64(struct tw *tw, const uint64_t *v) {
+  uint64_t all[TW_MAX_RANKS], m = UINT64_MAX;
+  tw_exchange_u64(tw, v, all);
+  for (int k = 0; k < tw->nranks; k++)
+    if (all[k] < m) m = all[k];
+  return m;
 }
 
 /* ---- communicators ------------------------------------------------------------ */
@@ -375,10 +522,10 @@ void tw_next_id(struct tw *tw, symmUniqueId *id) {
     }
     return;
   }
-  double deadline = tu_now() + 120;
+  const double limit = tw->wait_s * tw_scale(), deadline = tu_now() + limit;
   while (__atomic_load_n(&sh->id_round, __ATOMIC_ACQUIRE) < round) {
     check_peers_alive(tw, "waiting for rank 0's unique id");
-    REQUIRE(tu_now() < deadline, "no unique id from rank 0 (round %d) after 120 s", round);
+    REQUIRE(tu_now() < deadline, "no unique id from rank 0 (round %d) after %.0f s", round, limit);
     tw_sleep(100e-6);
   }
   int got = __atomic_load_n(&sh->id_round, __ATOMIC_ACQUIRE);
@@ -431,40 +578,29 @@ void tw_destroy_comms(struct tw *tw) {
   }
 }
 
-symmResult_t tw_alloc(struct tw *tw, const size_t *size, void **ptr) {
-  if (tw->mode == TW_MP) return symmMemAlloc(tw->r[0].comm, size[0], &ptr[0]);
-  symmResult_t first = symmGroupStart();
+/* One collective host call on every local rank (k: 0 alloc, 1 free, 2
+ * register), grouped when one thread drives several communicators. */
+static symmResult_t collective_call(struct tw *tw, int k, const size_t *size, void *const *in, void **out) {
+  const int grouped = tw->mode != TW_MP;
+  symmResult_t first = grouped ? symmGroupStart() : symmSuccess;
   if (first != symmSuccess) return first;
   for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t rc = symmMemAlloc(tw->r[i].comm, size[i], &ptr[i]);
+    symmComm_t c = tw->r[i].comm;
+    symmResult_t rc = k == 0   ? symmMemAlloc(c, size[i], &out[i])
+                      : k == 1 ? symmMemFree(c, in[i])
+                               : symmCommRegister(c, in[i], size[i], &out[i]);
     if (rc != symmSuccess && first == symmSuccess) first = rc;
   }
-  symmResult_t end = symmGroupEnd();
+  symmResult_t end = grouped ? symmGroupEnd() : symmSuccess;
   return first != symmSuccess ? first : end;
 }
 
-symmResult_t tw_free(struct tw *tw, void *const *ptr) {
-  if (tw->mode == TW_MP) return symmMemFree(tw->r[0].comm, ptr[0]);
-  symmResult_t first = symmGroupStart();
-  if (first != symmSuccess) return first;
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t rc = symmMemFree(tw->r[i].comm, ptr[i]);
-    if (rc != symmSuccess && first == symmSuccess) first = rc;
-  }
-  symmResult_t end = symmGroupEnd();
-  return first != symmSuccess ? first : end;
-}
+symmResult_t tw_alloc(struct tw *tw, const size_t *size, void **ptr) { return collective_call(tw, 0, size, NULL, ptr); }
+
+symmResult_t tw_free(struct tw *tw, void *const *ptr) { return collective_call(tw, 1, NULL, ptr, NULL); }
 
 symmResult_t tw_register(struct tw *tw, void *const *buf, const size_t *size, void **handle) {
-  if (tw->mode == TW_MP) return symmCommRegister(tw->r[0].comm, buf[0], size[0], &handle[0]);
-  symmResult_t first = symmGroupStart();
-  if (first != symmSuccess) return first;
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t rc = symmCommRegister(tw->r[i].comm, buf[i], size[i], &handle[i]);
-    if (rc != symmSuccess && first == symmSuccess) first = rc;
-  }
-  symmResult_t end = symmGroupEnd();
-  return first != symmSuccess ? first : end;
+  return collective_call(tw, 2, size, buf, handle);
 }
 
 void tw_deregister(struct tw *tw, void *const *handle) {
@@ -521,93 +657,73 @@ void tw_measure_settled(const struct tw *tw, const struct tw_res *base, double s
 
 /* ---- set-up and the main driver ------------------------------------------------- */
 
-static void *g_fatbin;
-
-static void load_fatbin(void) {
-  if (g_fatbin) return;
-  const char *env = getenv("SYMM_TEST_KERNELS");
-  const char *path = env && env[0] ? env : TU_KERNELS_FATBIN;
-  FILE *f = fopen(path, "rb");
-  REQUIRE(f != NULL, "cannot open the test kernels %s: %s (set SYMM_TEST_KERNELS to its path)", path,
-          strerror(errno));
-  REQUIRE(fseek(f, 0, SEEK_END) == 0, "seek %s", path);
-  long len = ftell(f);
-  REQUIRE(len > 0 && fseek(f, 0, SEEK_SET) == 0, "%s is empty or unreadable", path);
-  size_t alloc = ((size_t)len + 63) / 64 * 64;
-  void *img = aligned_alloc(64, alloc);
-  REQUIRE(img != NULL, "out of host memory");
-  memset(img, 0, alloc);
-  size_t got = fread(img, 1, (size_t)len, f);
-  fclose(f);
-  REQUIRE(got == (size_t)len, "short read of %s (%zu of %ld bytes)", path, got, len);
-  g_fatbin = img;
-}
-
-static void get_fn(struct tw_rank *r, CUfunction *fn, const char *name) {
-  CUresult rc = tu_cu.cuModuleGetFunction(fn, r->k.module, name);
-  TW_REQUIRE(r, rc == 0, "kernel %s missing from the test module: %s", name, tu_cu_error(rc));
-}
+static void get_fn(struct tw_rank *r, CUfunction *fn, const char *name) { *fn = tw_function(r, r->k.module, name); }
 
 static void setup_rank(struct tw *tw, struct tw_rank *r) {
   CUdevice dev;
   CU_REQUIRE(tu_cu.cuDeviceGet(&dev, r->device));
   CU_REQUIRE(tu_cu.cuDevicePrimaryCtxRetain(&r->ctx, dev));
   tw_use(r);
-  char name[128] = "?";
-  CU_REQUIRE(tu_cu.cuDeviceGetName(name, (int)sizeof name, dev));
-  CUresult rc = tu_cu.cuModuleLoadData(&r->k.module, g_fatbin);
-  TW_REQUIRE(r, rc == 0, "loading the test kernels (sm_80/sm_90 + compute_90 PTX): %s", tu_cu_error(rc));
-  get_fn(r, &r->k.reset_result, "tk_reset_result");
-  get_fn(r, &r->k.fill, "tk_fill_pattern");
-  get_fn(r, &r->k.verify, "tk_verify_pattern");
-  get_fn(r, &r->k.verify_table, "tk_verify_pattern_table");
-  get_fn(r, &r->k.count_nonzero, "tk_count_nonzero");
-  get_fn(r, &r->k.store_u32, "tk_store_u32");
-  get_fn(r, &r->k.load_u32, "tk_load_u32");
-  get_fn(r, &r->k.load_u32_table, "tk_load_u32_table");
-  get_fn(r, &r->k.graph_step, "tk_graph_step");
-  get_fn(r, &r->k.graph_check, "tk_graph_check");
   CU_REQUIRE(tu_cu.cuStreamCreate(&r->stream, TU_CU_STREAM_NON_BLOCKING));
-  CU_REQUIRE(tu_cu.cuMemAlloc(&r->scratch, TW_SCRATCH_BYTES));
-  size_t fr = 0, total = 0;
-  CU_REQUIRE(tu_cu.cuMemGetInfo(&fr, &total));
-  tw_log(tw, "rank %d on device %d (%s): %.1f of %.1f GiB free", r->rank, r->device, name, fr / 1073741824.0,
-         total / 1073741824.0);
+  CU_REQUIRE(tu_cu.cuStreamCreate(&r->stream2, TU_CU_STREAM_NON_BLOCKING));
+  if (g_spec->kernels) {
+    r->k.module = tw_load_module(r, TU_KERNELS_FATBIN, "SYMM_TEST_KERNELS");
+    get_fn(r, &r->k.reset_result, "tk_reset_result");
+    get_fn(r, &r->k.fill, "tk_fill_pattern");
+    get_fn(r, &r->k.verify, "tk_verify_pattern");
+    get_fn(r, &r->k.verify_table, "tk_verify_pattern_table");
+    get_fn(r, &r->k.count_nonzero, "tk_count_nonzero");
+    get_fn(r, &r->k.store_u32, "tk_store_u32");
+    get_fn(r, &r->k.load_u32, "tk_load_u32");
+    get_fn(r, &r->k.load_u32_table, "tk_load_u32_table");
+    get_fn(r, &r->k.graph_step, "tk_graph_step");
+    get_fn(r, &r->k.graph_check, "tk_graph_check");
+    CU_REQUIRE(tu_cu.cuMemAlloc(&r->scratch, TW_SCRATCH_BYTES));
+  }
+  if (!g_spec->quiet) {
+    char name[128] = "?";
+    size_t fr = 0, total = 0;
+    CU_REQUIRE(tu_cu.cuDeviceGetName(name, (int)sizeof name, dev));
+    CU_REQUIRE(tu_cu.cuMemGetInfo(&fr, &total));
+    tw_log(tw, "rank %d on device %d (%s): %.1f of %.1f GiB free", r->rank, r->device, name, fr / 1073741824.0,
+           total / 1073741824.0);
+  }
 }
 
 static void teardown_rank(struct tw *tw, struct tw_rank *r) {
   if (r->comm) {
-    tw_log(tw, "rank %d: the test left its communicator; destroying it", r->rank);
+    tw_log(tw, "rank %d: the body left its communicator; destroying it", r->rank);
     symmCommDestroy(r->comm);
     r->comm = NULL;
   }
   tw_use(r);
-  /* Nothing of ours may still run: the stream is idle after a normal body. */
-  if (tw_stream_poll(r, 60) == 0) {
+  /* Nothing of ours may still run: the streams are idle after a normal body. */
+  if (tw_stream_poll(r, r->stream, 60) == 0 && tw_stream_poll(r, r->stream2, 60) == 0) {
     CU_REQUIRE(tu_cu.cuStreamDestroy(r->stream));
-    CU_REQUIRE(tu_cu.cuMemFree(r->scratch));
-    CU_REQUIRE(tu_cu.cuModuleUnload(r->k.module));
+    CU_REQUIRE(tu_cu.cuStreamDestroy(r->stream2));
+    if (g_spec->kernels) {
+      CU_REQUIRE(tu_cu.cuMemFree(r->scratch));
+      CU_REQUIRE(tu_cu.cuModuleUnload(r->k.module));
+    }
   }
 }
 
-static double g_limit;
-static tw_body_fn g_body;
-static void *g_body_ctx;
-
 static void run_world(struct tw *tw) {
   char reason[512];
-  watchdog_start(g_limit);
+  prefix(tw, g_wd_prefix, sizeof g_wd_prefix);
+  watchdog_start();
   REQUIRE(tu_cuda_load_ext(reason, sizeof reason) == 0, "%s", reason);
   CU_REQUIRE(tu_cu.cuInit(0));
-  load_fatbin();
+  if (g_spec->process_init) g_spec->process_init(tw, g_spec->ctx);
   for (int i = 0; i < tw->nlocal; i++) setup_rank(tw, &tw->r[i]);
   double t0 = tu_now();
   tw_phase("test body");
-  g_body(tw, g_body_ctx);
+  g_spec->body(tw, g_spec->ctx);
   tw_phase("teardown");
   for (int i = 0; i < tw->nlocal; i++) teardown_rank(tw, &tw->r[i]);
   alarm(0);
-  tw_log(tw, "body took %.2f s; %d failed check(s) in this process", tu_now() - t0, tu_failures);
+  if (!g_spec->quiet)
+    tw_log(tw, "body took %.2f s; %d failed check(s) in this process", tu_now() - t0, tu_failures);
 }
 
 static void mp_child(int rank, void *ctx, struct tu_rank_result *out) {
@@ -615,6 +731,7 @@ static void mp_child(int rank, void *ctx, struct tu_rank_result *out) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct tw *tw = g_tw;
   tw->nlocal = 1;
+  tw->lead = rank == 0;
   tw->r[0].rank = rank;
   tw->r[0].device = rank % tw->ngpus;
   tw->r[0].index = 0;
@@ -640,65 +757,149 @@ static int mode_allowed(const char *modes, const char *m) {
   return 0;
 }
 
-int tw_main(const char *name, const char *modes, int argc, char **argv, double limit_s, tw_body_fn body,
-            void *ctx) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  REQUIRE(argc >= 2, "usage: %s <%s>", argv[0], modes);
-  const char *m = argv[argc - 1];
-  REQUIRE(mode_allowed(modes, m), "%s: unknown mode \"%s\" (expected one of %s)", name, m, modes);
-  static struct tw world;
-  world.name = name;
-  world.mode = strcmp(m, "mp") == 0 ? TW_MP : strcmp(m, "all") == 0 ? TW_ALL : TW_ONE;
-  world.nranks = world.mode == TW_ONE ? 1 : 2;
-  g_tw = &world;
-  g_limit = limit_s;
-  g_body = body;
-  g_body_ctx = ctx;
+int tw_gpu_count(char *reason, size_t len) {
+  static int probed, count;
+  static char why[512];
+  if (!probed) {
+    count = tu_gpu_count(why, sizeof why);
+    probed = 1;
+  }
+  snprintf(reason, len, "%s", why);
+  return count;
+}
 
-  /* Environment first: the library reads it once, on first use (in mp the
-   * children inherit it). Short defaults so that a broken wait fails in
-   * seconds, not minutes; CTest or the caller may set others. */
-  setenv("SYMM_TIMEOUT", "30", 0);
-  setenv("SYMM_BOOTSTRAP_TIMEOUT", "30", 0);
+int tw_shared_devices_allowed(void) {
+  const char *s = getenv("SYMM_TEST_SHARED_DEVICES");
+  return s && atoi(s) != 0;
+}
+
+/* A positive integer from the environment, or 0 when unset or not one. */
+static long env_long(const char *name) {
+  const char *s = getenv(name);
+  if (!s || !s[0]) return 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *end == '\0' && v > 0 ? v : 0;
+}
+
+static void *shared_map(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED, "mmap(%zu bytes): %s", bytes, strerror(errno));
+  memset(p, 0, bytes);
+  return p;
+}
+
+int tw_run(const struct tw_spec *spec, enum tw_mode mode, int nranks) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  static struct tw world;
+  memset(&world, 0, sizeof world);
+  world.name = spec->name;
+  world.mode = mode;
+  world.wait_s = 300;
+  world.lead = 1;
+  g_tw = &world;
+  g_spec = spec;
+  const char *m = mode_name(mode);
 
   char reason[512];
-  int ngpus = tu_gpu_count(reason, sizeof reason);
+  int ngpus = tw_gpu_count(reason, sizeof reason);
   REQUIRE(ngpus >= 0, "GPU probe failed: %s", reason);
   if (ngpus == 0) tu_skip_no_gpu(reason);
-  if (ngpus < world.nranks)
-    tu_skip("%s %s needs %d CUDA devices with peer access; %d visible", name, m, world.nranks, ngpus);
+  if (mode == TW_ONE) {
+    nranks = 1;
+  } else if (nranks == 0) {
+    long want = env_long("SYMM_TEST_NRANKS");
+    nranks = want ? (int)want : ngpus < 2 ? 2 : ngpus > TW_MAX_RANKS ? TW_MAX_RANKS : ngpus;
+  }
+  REQUIRE(nranks >= (mode == TW_ONE ? 1 : 2) && nranks <= TW_MAX_RANKS, "%s %s: %d ranks (2 to %d)", spec->name, m,
+          nranks, TW_MAX_RANKS);
+  if (spec->min_gpus && ngpus < spec->min_gpus)
+    tu_skip("%s %s needs %d CUDA devices; %d visible", spec->name, m, spec->min_gpus, ngpus);
+  if (nranks > ngpus && !tw_shared_devices_allowed())
+    tu_skip("%s %s at %d ranks needs %d CUDA devices with peer access; %d visible (SYMM_TEST_SHARED_DEVICES=1 "
+            "puts several ranks on one GPU, for correctness tests only)",
+            spec->name, m, nranks, nranks, ngpus);
+  world.nranks = nranks;
   world.ngpus = ngpus;
-  printf("%s %s: %d CUDA device(s); SYMM_TIMEOUT=%s SYMM_BOOTSTRAP_TIMEOUT=%s; limit %.0f s\n", name, m, ngpus,
-         getenv("SYMM_TIMEOUT"), getenv("SYMM_BOOTSTRAP_TIMEOUT"), limit_s);
+  world.shared = nranks > ngpus;
 
-  if (world.mode == TW_MP) {
-    void *page = mmap(NULL, sizeof(struct tw_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(page != MAP_FAILED, "mmap: %s", strerror(errno));
-    memset(page, 0, sizeof(struct tw_shared));
-    world.sh = page;
+  /* Environment first: the library and the driver read it once, on first
+   * use (in mp the children inherit it). Short defaults make a broken wait
+   * fail in seconds; shared GPUs are time-sliced, so they get longer ones.
+   * CTest or the caller may set others. */
+  if (!spec->library_timeouts) {
+    setenv("SYMM_TIMEOUT", world.shared ? "120" : "30", 0);
+    setenv("SYMM_BOOTSTRAP_TIMEOUT", world.shared ? "120" : "30", 0);
+  }
+  if (world.shared) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  long wd = env_long("SYMM_TEST_WATCHDOG");
+  double limit = wd ? (double)wd : spec->limit_s * tw_scale();
+  g_limit_s = (unsigned)(limit + 0.5);
+
+  world.sh = shared_map(sizeof(struct tw_shared));
+  if (spec->user_bytes) world.user = shared_map(spec->user_bytes);
+  if (!spec->quiet)
+    printf("%s %s: %d rank(s) on %d CUDA device(s)%s; SYMM_TIMEOUT=%s SYMM_BOOTSTRAP_TIMEOUT=%s SYMM_CHECK=%s; "
+           "watchdog %.0f s\n",
+           spec->name, m, nranks, ngpus, world.shared ? " (shared devices: ranks r and r + ngpus share a GPU)" : "",
+           getenv("SYMM_TIMEOUT") ? getenv("SYMM_TIMEOUT") : "(unset)",
+           getenv("SYMM_BOOTSTRAP_TIMEOUT") ? getenv("SYMM_BOOTSTRAP_TIMEOUT") : "(unset)",
+           getenv("SYMM_CHECK") ? getenv("SYMM_CHECK") : "(unset)", limit);
+
+  double t0 = tu_now();
+  if (mode == TW_MP) {
     struct tu_rank_result res[TW_MAX_RANKS];
-    /* The children's watchdogs fire at limit_s; the harness kills later. */
-    tu_run_ranks(world.nranks, mp_child, NULL, limit_s + 15, res);
-    for (int r = 0; r < world.nranks; r++) {
+    /* The children's watchdogs fire first; the harness kills later (a
+     * stall watchdog has no total limit: a week). */
+    tu_run_ranks(nranks, mp_child, NULL, spec->stall ? 7 * 86400.0 : limit + 20, res);
+    for (int r = 0; r < nranks; r++) {
+      char ph[TW_PHASE_BYTES];
+      memcpy(ph, world.sh->phase[r], sizeof ph);
+      ph[sizeof ph - 1] = '\0';
       if (res[r].code < 0)
-        tu_fail(__FILE__, __LINE__, "[%s mp] rank %d: %s", name, r, res[r].msg);
+        tu_fail(__FILE__, __LINE__, "[%s mp n%d] rank %d: %s (last phase: %s)", spec->name, nranks, r, res[r].msg, ph);
       else if (res[r].code != 0)
-        tu_fail(__FILE__, __LINE__, "[%s mp] rank %d: %s (see its FAIL lines above)", name, r, res[r].msg);
-      else
-        printf("[%s mp] rank %d: passed in %.2f s\n", name, r, res[r].elapsed);
+        tu_fail(__FILE__, __LINE__, "[%s mp n%d] rank %d: %s (see its FAIL lines above)", spec->name, nranks, r,
+                res[r].msg);
+      else if (!spec->quiet)
+        printf("[%s mp n%d] rank %d: no failed checks (%.2f s)\n", spec->name, nranks, r, res[r].elapsed);
     }
   } else {
-    static struct tw_shared private_sh;
-    world.sh = &private_sh;
-    world.nlocal = world.nranks;
-    for (int i = 0; i < world.nlocal; i++) {
+    world.nlocal = nranks;
+    for (int i = 0; i < nranks; i++) {
       world.r[i].rank = i;
-      world.r[i].device = i;
+      world.r[i].device = i % ngpus;
       world.r[i].index = i;
     }
     run_world(&world);
   }
-  char label[128];
-  snprintf(label, sizeof label, "%s %s", name, m);
+  if (spec->report) spec->report(&world, spec->ctx);
+  char label[160];
+  snprintf(label, sizeof label, "%s %s n%d", spec->name, m, nranks);
+  if (spec->quiet && tu_failures == 0) return 0;
+  printf("%s: total %.2f s\n", label, tu_now() - t0);
   return tu_finish(label);
+}
+
+int tw_main(const struct tw_spec *spec, int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *usage_opts = spec->usage ? spec->usage : "";
+  REQUIRE(argc >= 2, "usage: %s <%s> [--nranks=N] %s", argv[0], spec->modes, usage_opts);
+  const char *m = argv[1];
+  REQUIRE(mode_allowed(spec->modes, m), "%s: unknown mode \"%s\" (expected one of %s)", spec->name, m, spec->modes);
+  enum tw_mode mode = strcmp(m, "mp") == 0 ? TW_MP : strcmp(m, "all") == 0 ? TW_ALL : TW_ONE;
+  int nranks = 0;
+  for (int i = 2; i < argc; i++) {
+    if (strncmp(argv[i], "--nranks=", 9) == 0) {
+      char *end;
+      long v = strtol(argv[i] + 9, &end, 10);
+      REQUIRE(*end == '\0' && v >= 1 && v <= TW_MAX_RANKS, "--nranks: \"%s\" is not a rank count from 1 to %d",
+              argv[i] + 9, TW_MAX_RANKS);
+      nranks = (int)v;
+    } else {
+      REQUIRE(spec->option && spec->option(argv[i], spec->ctx) == 0, "unknown option %s (usage: %s <%s> [--nranks=N] %s)",
+              argv[i], argv[0], spec->modes, usage_opts);
+    }
+  }
+  return tw_run(spec, mode, nranks);
 }

@@ -1,8 +1,8 @@
 /*
- * symm_abort (GPU, 2 GPUs): symmCommAbort unblocks kernels that wait for
+ * symm_abort (GPU, n ranks): symmCommAbort unblocks kernels that wait for
  * something that never comes, long before SYMM_TIMEOUT.
  *
- *   symm_abort mp|all
+ *   symm_abort mp|all [--nranks=N]
  *
  * SYMM_TIMEOUT is 60 s unless the environment sets another value. Rank 0
  * (mp: the rank-0 process; all: comm 0) enqueues, on its stream,
@@ -12,8 +12,8 @@
  * really wait) with no async error; then symmCommAbort(comm): it must
  * return successfully within 5 s, the stream must be drained by then (at
  * most 5 s more), all of it well under SYMM_TIMEOUT, and a memcpy round
- * trip and a kernel must still work on the device. Rank 1's communicator
- * has no async error and is destroyed normally.
+ * trip and a kernel must still work on the device. The other ranks'
+ * communicators have no async error and are destroyed normally.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ static void rank0(struct tw *tw, struct tw_rank *r) {
   TW_SYMM_REQUIRE(r, symmBarrier(r->comm, r->stream));
   TW_SYMM_REQUIRE(r, symmStreamWaitValue32(r->comm, (void *)(uintptr_t)word, 12345, symmCmpEq, r->stream));
   tw_sleep(1.0);
-  int busy = tw_stream_poll(r, 0);
+  int busy = tw_stream_poll(r, r->stream, 0);
   TW_CHECK(r, busy == 1, "the stream is no longer busy 1 s after a symmWaitSignal nobody answers (poll: %d)", busy);
   symmResult_t async = symmInternalError;
   TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));
@@ -52,7 +52,7 @@ static void rank0(struct tw *tw, struct tw_rank *r) {
   TW_CHECK(r, rc == symmSuccess, "symmCommAbort: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
   TW_CHECK(r, t_abort < 5.0, "symmCommAbort took %.2f s (SYMM_TIMEOUT %.0f s)", t_abort, timeout_s);
   double d0 = tu_now();
-  int s = tw_stream_poll(r, 5.0);
+  int s = tw_stream_poll(r, r->stream, 5.0);
   double t_drain = tu_now() - d0;
   TW_CHECK(r, s == 0, "the stream did not drain within 5 s after symmCommAbort returned");
   double total = tu_now() - t0;
@@ -70,32 +70,20 @@ static void body(struct tw *tw, void *ctx) {
   (void)ctx;
   if (tw_init_comms(tw) != symmSuccess) return;
   tw_host_barrier(tw, "after init");
-  struct tw_rank *r0 = NULL, *r1 = NULL;
-  for (int i = 0; i < tw->nlocal; i++) {
-    if (tw->r[i].rank == 0) r0 = &tw->r[i];
-    if (tw->r[i].rank == 1) r1 = &tw->r[i];
-  }
+  struct tw_rank *r0 = tw->r[0].rank == 0 ? &tw->r[0] : NULL;
   if (r0) {
     rank0(tw, r0);
     tw_flag_set(tw, FLAG_RANK0_DONE, 1);
   }
-  if (r1) {
-    tw_phase("rank 1: waiting for rank 0");
-    int w = tw_flag_wait(tw, FLAG_RANK0_DONE, 1, 60);
-    TW_CHECK(r1, w == 0, "rank 0 did not finish its part");
-    symmResult_t async = symmInternalError;
-    TW_SYMM(r1, symmCommGetAsyncError(r1->comm, &async));
-    TW_CHECK(r1, async == symmSuccess, "rank 1 waited for nothing, yet its async error is %s (%s)",
-             tu_result_name(async), symmGetLastError(r1->comm));
-    symmResult_t rc = symmCommDestroy(r1->comm);
-    TW_CHECK(r1, rc == symmSuccess, "symmCommDestroy: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-    r1->comm = NULL;
-  }
+  tw_others_wait_rank0(tw, FLAG_RANK0_DONE, 60);
+  tw_destroy_comms(tw); /* the others (rank 0's was aborted) */
 }
 
 int main(int argc, char **argv) {
   setenv("SYMM_TIMEOUT", "60", 0);
   timeout_s = atof(getenv("SYMM_TIMEOUT"));
   if (timeout_s <= 0) timeout_s = 60;
-  return tw_main("symm_abort", "mp,all", argc, argv, 120, body, NULL);
+  static const struct tw_spec spec = {
+      .name = "symm_abort", .modes = "mp,all", .limit_s = 120, .kernels = 1, .body = body};
+  return tw_main(&spec, argc, argv);
 }

@@ -3,7 +3,7 @@
  * write no outputs, and leave the communicator usable; collective calls on
  * which the ranks disagree fail on every rank instead of hanging.
  *
- *   symm_bad_input one|mp|all
+ *   symm_bad_input one|mp|all [--nranks=N]
  *
  * one (1 GPU, symmCommInitAll over 1 device), local checks:
  *   symmMemFree of NULL / a made-up address / a cuMemAlloc pointer / an
@@ -17,8 +17,9 @@
  *   symmPutSignal/symmWaitSignal to self or on channel -1 / SYMM_SIGNAL_CHANNELS,
  *   symmCommGetSignalPad(peer out of range), symmStreamWriteValue32 on an
  *   unaligned address -> symmInvalidArgument; no async error afterwards.
- * mp and all (2 GPUs, SYMM_BOOTSTRAP_TIMEOUT=10): the local checks above
- * that need no peer, peer out of range, then collectives that disagree:
+ * mp and all (n ranks, SYMM_BOOTSTRAP_TIMEOUT=10): the local checks above
+ * that need no peer, peer out of range, then collectives that disagree
+ * (rank 0 against all the others, "rank 1" below):
  *   symmMemAlloc with 1 MiB on rank 0 and 2 MiB + 3 on rank 1 -> both ranks
  *   symmInvalidUsage within 5 s, message naming both sizes, no output
  *   written; then a matching allocation succeeds at the same address as
@@ -218,6 +219,9 @@ static void collective_mismatches(struct tw *tw) {
   void *ref[TW_MAX_RANKS];
   alloc_roundtrip(tw, 1u << 20, 7, ref);
   struct tw_res before, after;
+  /* Every process measures in the same state (with shared devices the
+   * other processes' memory counts on this GPU too). */
+  tw_host_barrier(tw, "before measuring free memory");
   tw_measure(tw, &before);
 
   /* Different sizes. */
@@ -244,6 +248,7 @@ static void collective_mismatches(struct tw *tw) {
     TW_CHECK(r, t < QUICK_S, "the mismatch took %.2f s to report", t);
   }
   if (rc == symmSuccess) tw_free(tw, p);
+  tw_host_barrier(tw, "after the failed allocation");
   tw_measure_settled(tw, &before, 2.0, &after);
   for (int i = 0; i < tw->nlocal; i++)
     TW_CHECK(&tw->r[i], after.free_mem[i] >= before.free_mem[i],
@@ -403,16 +408,14 @@ static void body(struct tw *tw, void *ctx) {
   void *dummy[TW_MAX_RANKS];
   alloc_roundtrip(tw, (1u << 20) + 5, 11, dummy);
   if (tw->nranks > 1) collective_mismatches(tw);
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t async = symmInternalError;
-    TW_SYMM(&tw->r[i], symmCommGetAsyncError(tw->r[i].comm, &async));
-    TW_CHECK(&tw->r[i], async == symmSuccess, "async error %s", tu_result_name(async));
-  }
+  tw_check_async(tw, "the bad-input checks");
   tw_host_barrier(tw, "before destroy");
   tw_destroy_comms(tw);
 }
 
 int main(int argc, char **argv) {
   setenv("SYMM_BOOTSTRAP_TIMEOUT", "10", 0);
-  return tw_main("symm_bad_input", "one,mp,all", argc, argv, 180, body, NULL);
+  static const struct tw_spec spec = {
+      .name = "symm_bad_input", .modes = "one,mp,all", .limit_s = 180, .kernels = 1, .body = body};
+  return tw_main(&spec, argc, argv);
 }

@@ -1,15 +1,15 @@
 /*
- * symm_leaks (GPU, 2 GPUs): repeated allocation and communicator lifecycles
- * leave nothing behind.
+ * symm_leaks (GPU, n ranks): repeated allocation and communicator
+ * lifecycles leave nothing behind.
  *
- *   symm_leaks mp|all
+ *   symm_leaks mp|all [--nranks=N]
  *
  * Phase A, one communicator: 1,000 symmMemAlloc/symmMemFree cycles (3 MiB,
  * 1 MiB + 1 and 64 KiB + 7 bytes in turn; collective; every 100th buffer
  * is written and read back through the peer pointer). Phase B: 100
  * communicator init/destroy cycles (mp: symmCommInitRank with a fresh
  * unique id each cycle, made by rank 0 and handed over through shared
- * memory; all: symmCommInitAll over both GPUs). Before each phase (after a
+ * memory; all: symmCommInitAll over every rank). Before each phase (after a
  * warm-up of the same work) and after it, each process measures its devices'
  * free memory (cuMemGetInfo), its open file descriptors (/proc/self/fd) and
  * threads (/proc/self/task), and its resident memory. After each phase the
@@ -83,12 +83,12 @@ static void alloc_free_cycle(struct tw *tw, int k) {
 }
 
 static void print_res(struct tw *tw, const char *label, const struct tw_res *m) {
-  if (tw->nlocal == 1)
-    tw_log(tw, "%-22s device %d free %zu B; fds %d; threads %d; RSS %ld KiB", label, tw->r[0].device, m->free_mem[0],
-           m->fds, m->threads, m->rss_kb);
-  else
-    tw_log(tw, "%-22s device %d free %zu B, device %d free %zu B; fds %d; threads %d; RSS %ld KiB", label,
-           tw->r[0].device, m->free_mem[0], tw->r[1].device, m->free_mem[1], m->fds, m->threads, m->rss_kb);
+  char mem[TW_MAX_RANKS * 48] = "";
+  size_t len = 0;
+  for (int i = 0; i < tw->nlocal && len < sizeof mem; i++)
+    len += (size_t)snprintf(mem + len, sizeof mem - len, "%sdevice %d free %zu B", i ? ", " : "", tw->r[i].device,
+                            m->free_mem[i]);
+  tw_log(tw, "%-22s %s; fds %d; threads %d; RSS %ld KiB", label, mem, m->fds, m->threads, m->rss_kb);
 }
 
 /* Baseline: the same values twice in a row, 100 ms apart (up to 3 s). */
@@ -156,11 +156,7 @@ static void body(struct tw *tw, void *ctx) {
   tw_measure_settled(tw, &before, 3.0, &after);
   print_res(tw, "alloc cycles: after", &after);
   compare(tw, "alloc cycles", &before, &after, mid.rss_kb, alloc_mid);
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t async = symmInternalError;
-    TW_SYMM(&tw->r[i], symmCommGetAsyncError(tw->r[i].comm, &async));
-    TW_CHECK(&tw->r[i], async == symmSuccess, "async error %s", tu_result_name(async));
-  }
+  tw_check_async(tw, "the alloc cycles");
   tw_host_barrier(tw, "before destroy");
   tw_destroy_comms(tw);
 
@@ -194,4 +190,8 @@ static void body(struct tw *tw, void *ctx) {
   compare(tw, "init cycles", &before, &after, mid.rss_kb, init_mid);
 }
 
-int main(int argc, char **argv) { return tw_main("symm_leaks", "mp,all", argc, argv, 420, body, NULL); }
+int main(int argc, char **argv) {
+  static const struct tw_spec spec = {
+      .name = "symm_leaks", .modes = "mp,all", .limit_s = 420, .kernels = 1, .body = body};
+  return tw_main(&spec, argc, argv);
+}

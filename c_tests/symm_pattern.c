@@ -1,8 +1,8 @@
 /*
- * symm_pattern (GPU, 2 GPUs): every rank sees every peer's symmetric memory
+ * symm_pattern (GPU, n ranks): every rank sees every peer's symmetric memory
  * and user signal pad.
  *
- *   symm_pattern mp|all
+ *   symm_pattern mp|all [--nranks=N]
  *
  * Signal pads: symmCommGetSignalPad gives each rank's user area (same size
  * everywhere, distinct addresses, table from symmCommGetSignalPadTable
@@ -242,13 +242,13 @@ static void body(struct tw *tw, void *ctx) {
   tw_host_barrier(tw, "after init");
   check_signal_pads(tw);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) check_size(tw, sizes[k], (uint32_t)(k + 1));
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t async = symmInternalError;
-    TW_SYMM(&tw->r[i], symmCommGetAsyncError(tw->r[i].comm, &async));
-    TW_CHECK(&tw->r[i], async == symmSuccess, "async error %s", tu_result_name(async));
-  }
+  tw_check_async(tw, "the pattern checks");
   tw_host_barrier(tw, "before destroy");
   tw_destroy_comms(tw);
 }
 
-int main(int argc, char **argv) { return tw_main("symm_pattern", "mp,all", argc, argv, 240, body, NULL); }
+int main(int argc, char **argv) {
+  static const struct tw_spec spec = {
+      .name = "symm_pattern", .modes = "mp,all", .limit_s = 240, .kernels = 1, .body = body};
+  return tw_main(&spec, argc, argv);
+}

@@ -1,8 +1,8 @@
 /*
- * symm_register (GPU, 2 GPUs): symmCommRegister makes existing buffers
+ * symm_register (GPU, n ranks): symmCommRegister makes existing buffers
  * reachable by the peers, at the right offsets.
  *
- *   symm_register mp|all
+ *   symm_register mp|all [--nranks=N]
  *
  * Each rank cuMemAlloc's A (3 MiB + 123 bytes; legacy-IPC capable) and fills
  * all of it with its pattern (pattern index = offset in A). Then:
@@ -219,13 +219,13 @@ static void body(struct tw *tw, void *ctx) {
     tw_use(&tw->r[i]);
     CU_REQUIRE(tu_cu.cuMemFree((CUdeviceptr)(uintptr_t)A[i]));
   }
-  for (int i = 0; i < tw->nlocal; i++) {
-    symmResult_t async = symmInternalError;
-    TW_SYMM(&tw->r[i], symmCommGetAsyncError(tw->r[i].comm, &async));
-    TW_CHECK(&tw->r[i], async == symmSuccess, "async error %s", tu_result_name(async));
-  }
+  tw_check_async(tw, "the registration checks");
   tw_host_barrier(tw, "before destroy");
   tw_destroy_comms(tw);
 }
 
-int main(int argc, char **argv) { return tw_main("symm_register", "mp,all", argc, argv, 180, body, NULL); }
+int main(int argc, char **argv) {
+  static const struct tw_spec spec = {
+      .name = "symm_register", .modes = "mp,all", .limit_s = 180, .kernels = 1, .body = body};
+  return tw_main(&spec, argc, argv);
+}

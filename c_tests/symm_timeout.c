@@ -1,19 +1,20 @@
 /*
- * symm_timeout (GPU, 2 GPUs): a device-side wait that can never finish ends
- * after SYMM_TIMEOUT with an asynchronous error instead of hanging.
+ * symm_timeout (GPU, n ranks): a device-side wait that can never finish
+ * ends after SYMM_TIMEOUT with an asynchronous error instead of hanging.
  *
- *   symm_timeout mp|all
+ *   symm_timeout mp|all [--nranks=N]
  *
  * SYMM_TIMEOUT is 2 s unless the environment sets another value (CTest sets
- * 2). Rank 0 enqueues symmBarrier; rank 1 never does (mp: it waits until
- * rank 0 is done, then leaves; all: only comm 0 launches a barrier). Rank 0
+ * 2). Rank 0 enqueues symmBarrier; no other rank does (mp: they wait until
+ * rank 0 is done, then leave; all: only comm 0 launches a barrier). Rank 0
  * polls symmCommGetAsyncError every 5 ms: it must become symmTimeout no
  * earlier than SYMM_TIMEOUT - 0.1 s and no later than SYMM_TIMEOUT + 1 s
  * after the launch, stay so, and symmGetLastError(comm) must name
- * symmBarrier and the rank it waited for. The stream then drains, and a
- * memcpy round trip and a kernel still work on that device. Rank 1's
- * communicator has no async error. Rank 0 aborts its communicator (as the
- * message advises), rank 1 destroys its own.
+ * symmBarrier and a rank it waited for (any of 1 .. n-1: the barrier waits
+ * for all of them at once). The stream then drains, and a memcpy round trip
+ * and a kernel still work on that device. The other ranks' communicators
+ * have no async error. Rank 0 aborts its communicator (as the message
+ * advises), the others destroy theirs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,11 +53,17 @@ static void rank0(struct tw *tw, struct tw_rank *r) {
     TW_CHECK(r, t >= timeout_s - 0.1, "the timeout was reported after only %.3f s (SYMM_TIMEOUT %.1f s)", t,
              timeout_s);
     TW_CHECK(r, tu_contains_ci(m, "symmBarrier"), "the message does not name symmBarrier: %s", m ? m : "(NULL)");
-    TW_CHECK(r, tu_contains_ci(m, "rank 1"), "the message does not name rank 1 (the rank waited for): %s",
+    int named = 0;
+    for (int q = 1; q < tw->nranks; q++) {
+      char rq[32];
+      snprintf(rq, sizeof rq, "rank %d", q);
+      named |= tu_contains_ci(m, rq);
+    }
+    TW_CHECK(r, named, "the message does not name a rank the barrier waited for (1 .. %d): %s", tw->nranks - 1,
              m ? m : "(NULL)");
   }
   /* The kernel gave up: the stream drains. */
-  int s = tw_stream_poll(r, 5.0);
+  int s = tw_stream_poll(r, r->stream, 5.0);
   TW_CHECK(r, s == 0, "the stream did not drain within 5 s of the timeout report");
   if (s != 0) tu_exit_now();
   symmResult_t again = symmSuccess;
@@ -69,24 +76,12 @@ static void body(struct tw *tw, void *ctx) {
   (void)ctx;
   if (tw_init_comms(tw) != symmSuccess) return;
   tw_host_barrier(tw, "after init");
-  struct tw_rank *r0 = NULL, *r1 = NULL;
-  for (int i = 0; i < tw->nlocal; i++) {
-    if (tw->r[i].rank == 0) r0 = &tw->r[i];
-    if (tw->r[i].rank == 1) r1 = &tw->r[i];
-  }
+  struct tw_rank *r0 = tw->r[0].rank == 0 ? &tw->r[0] : NULL;
   if (r0) {
     rank0(tw, r0);
     tw_flag_set(tw, FLAG_RANK0_DONE, 1);
   }
-  if (r1) {
-    tw_phase("rank 1: waiting for rank 0");
-    int w = tw_flag_wait(tw, FLAG_RANK0_DONE, 1, timeout_s + 60);
-    TW_CHECK(r1, w == 0, "rank 0 did not finish its part");
-    symmResult_t async = symmInternalError;
-    TW_SYMM(r1, symmCommGetAsyncError(r1->comm, &async));
-    TW_CHECK(r1, async == symmSuccess, "rank 1 launched nothing, yet its async error is %s (%s)",
-             tu_result_name(async), symmGetLastError(r1->comm));
-  }
+  tw_others_wait_rank0(tw, FLAG_RANK0_DONE, timeout_s + 60);
   tw_host_barrier(tw, "before teardown");
   if (r0) {
     tw_phase("rank 0: abort");
@@ -97,11 +92,7 @@ static void body(struct tw *tw, void *ctx) {
     TW_CHECK(r0, t < 5.0, "symmCommAbort took %.2f s", t);
     r0->comm = NULL;
   }
-  if (r1) {
-    symmResult_t rc = symmCommDestroy(r1->comm);
-    TW_CHECK(r1, rc == symmSuccess, "symmCommDestroy: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-    r1->comm = NULL;
-  }
+  tw_destroy_comms(tw); /* the others (rank 0's was aborted) */
 }
 
 int main(int argc, char **argv) {
@@ -109,5 +100,7 @@ int main(int argc, char **argv) {
   setenv("SYMM_TIMEOUT", "2", 0);
   timeout_s = atof(getenv("SYMM_TIMEOUT"));
   if (timeout_s <= 0) timeout_s = 2;
-  return tw_main("symm_timeout", "mp,all", argc, argv, 90 + timeout_s, body, NULL);
+  static struct tw_spec spec = {.name = "symm_timeout", .modes = "mp,all", .kernels = 1, .body = body};
+  spec.limit_s = 90 + timeout_s;
+  return tw_main(&spec, argc, argv);
 }

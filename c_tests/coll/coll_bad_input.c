@@ -1,16 +1,18 @@
 /*
- * coll_bad_input all
+ * coll_bad_input all [--nranks=N]
  *
  * Argument checking of the collective and point-to-point calls, in one
- * process over 2 GPUs (symmCommInitAll), so that buffers and streams of the
- * other GPU are at hand. Every bad call is made on one rank only and must
+ * process over n ranks (symmCommInitAll), so that buffers and streams of
+ * another GPU are at hand: ranks 0 and 1 must be on different GPUs (it
+ * skips on one GPU; with shared devices rank r is on GPU r % ngpus, so they
+ * still are). Every bad call is made on rank 0 or 1 only and must
  *  - return the right code (symmInvalidArgument; symmInvalidUsage for a
  *    destroyed communicator),
  *  - leave a message naming the problem in symmGetLastError (the
  *    communicator's, or symmGetLastError(NULL) when the handle is bad),
- *  - enqueue nothing: both streams are idle right after the call (a
- *    collective kernel enqueued by mistake would wait for the other rank),
- *    and a following valid all-reduce on both ranks gives the right result
+ *  - enqueue nothing: every stream is idle right after the call (a
+ *    collective kernel enqueued by mistake would wait for the other ranks),
+ *    and a following valid all-reduce on every rank gives the right result
  *    with symmCommGetAsyncError still symmSuccess (the communicator stays
  *    usable and in step).
  * Calls: symmAllReduce, symmAllGather, symmAllGatherWithProgress,
@@ -18,7 +20,7 @@
  * symmRecv. Bad inputs: NULL sendbuff / recvbuff with count > 0, datatype
  * 12 and -1, op 5 and -1, count x size overflow, sendbuff / recvbuff on the
  * other GPU, a host (malloc) pointer, a buffer smaller than count, a stream
- * of the other GPU, root / peer out of range (2 and -1), a NULL
+ * of the other GPU, root / peer out of range (n and -1), a NULL
  * communicator, progress flags NULL / misaligned / chunkCount 0, a bad send
  * inside a group (the group must then launch nothing), symmGroupEnd without
  * symmGroupStart, and a destroyed communicator (every call, including
@@ -44,8 +46,8 @@ static int has_op(int a) { return a == A_AR || a == A_RS || a == A_RD; }
 static int has_root(int a) { return a == A_BC || a == A_RD || a == A_SEND || a == A_RECV; }
 
 struct env {
-  struct cw *w;
-  CUdeviceptr A[2], B[2], T0, flags0;
+  struct tw *w;
+  CUdeviceptr A[TW_MAX_RANKS], B[TW_MAX_RANKS], T0, flags0;
   int *host;
   int ncases, nfailed;
 };
@@ -67,15 +69,15 @@ static symmResult_t call_api(int api, const void *s, void *r, size_t count, int 
   }
 }
 
-/* Both streams idle (nothing enqueued by a call that failed). */
+/* Every stream idle (nothing enqueued by a call that failed). */
 static int streams_idle(struct env *e, const char *desc) {
   int ok = 1;
-  for (int i = 0; i < 2; i++) {
-    struct cw_rank *r = &e->w->r[i];
-    cw_use(r);
+  for (int i = 0; i < e->w->nlocal; i++) {
+    struct tw_rank *r = &e->w->r[i];
+    tw_use(r);
     CUresult q = tu_cu.cuStreamQuery(r->stream);
     if (q != 0) {
-      cw_fail_at(__FILE__, __LINE__, r, "%s: the stream is not idle after a failed call (%s): something was enqueued",
+      tw_fail_at(__FILE__, __LINE__, r, "%s: the stream is not idle after a failed call (%s): something was enqueued",
                  desc, tu_cu_error(q));
       ok = 0;
     }
@@ -83,43 +85,47 @@ static int streams_idle(struct env *e, const char *desc) {
   return ok;
 }
 
-/* A valid all-reduce (int32 sum, A -> B) on both ranks, checked. */
+/* A valid all-reduce (int32 sum, A -> B) on every rank, checked. */
 static int valid_allreduce(struct env *e, const char *after) {
-  struct cw *w = e->w;
+  struct tw *w = e->w;
   static int round;
   round++;
-  int32_t in[2][N];
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < N; j++) in[i][j] = (int32_t)(cw_mix64((uint64_t)(round * 7 + i) * 100003 + (uint64_t)j) & 0xffff);
-  for (int i = 0; i < 2; i++) {
-    struct cw_rank *r = &w->r[i];
-    cw_use(r);
-    CW_CU(cw_cu.cuMemcpyHtoDAsync(e->A[i], in[i], sizeof in[i], r->stream));
-    CW_CU(cw_cu.cuMemsetD8Async(e->B[i], 0xa5, N * 4, r->stream));
+  static int32_t in[TW_MAX_RANKS][N];
+  int32_t want[N] = {0};
+  for (int i = 0; i < w->nlocal; i++)
+    for (int j = 0; j < N; j++) {
+      in[i][j] = (int32_t)(cw_mix64((uint64_t)(round * 7 + i) * 100003 + (uint64_t)j) & 0xffff);
+      want[j] += in[i][j];
+    }
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    TW_CU(cw_cu.cuMemcpyHtoDAsync(e->A[i], in[i], sizeof in[i], r->stream));
+    TW_CU(cw_cu.cuMemsetD8Async(e->B[i], 0xa5, N * 4, r->stream));
   }
-  for (int i = 0; i < 2; i++) {
-    struct cw_rank *r = &w->r[i];
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
     symmResult_t rc = symmAllReduce((void *)(uintptr_t)e->A[i], (void *)(uintptr_t)e->B[i], N, symmInt32, symmSum,
                                     r->comm, r->stream);
-    CW_REQUIRE(r, rc == symmSuccess, "valid all-reduce after %s returned %s: %s", after, tu_result_name(rc),
+    TW_REQUIRE(r, rc == symmSuccess, "valid all-reduce after %s returned %s: %s", after, tu_result_name(rc),
                symmGetLastError(r->comm));
   }
-  cw_sync_all(w, 60, "valid all-reduce");
+  tw_sync_all(w, 60, "valid all-reduce");
   int ok = 1;
-  for (int i = 0; i < 2; i++) {
-    struct cw_rank *r = &w->r[i];
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
     int32_t out[N];
-    cw_use(r);
-    CW_CU(tu_cu.cuMemcpyDtoH(out, e->B[i], sizeof out));
+    tw_use(r);
+    TW_CU(tu_cu.cuMemcpyDtoH(out, e->B[i], sizeof out));
     for (int j = 0; j < N; j++)
-      if (out[j] != in[0][j] + in[1][j]) {
-        cw_fail_at(__FILE__, __LINE__, r, "valid all-reduce after %s: element %d is %d, expected %d", after, j, out[j],
-                   in[0][j] + in[1][j]);
+      if (out[j] != want[j]) {
+        tw_fail_at(__FILE__, __LINE__, r, "valid all-reduce after %s: element %d is %d, expected %d", after, j, out[j],
+                   want[j]);
         ok = 0;
         break;
       }
   }
-  cw_check_async(w, after);
+  tw_check_async(w, after);
   return ok;
 }
 
@@ -132,11 +138,11 @@ static void expect(struct env *e, const char *desc, symmResult_t got, symmResult
   int ok = 1;
   e->ncases++;
   if (got != want) {
-    cw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s, expected %s (last error: \"%s\")", desc, tu_result_name(got),
+    tw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s, expected %s (last error: \"%s\")", desc, tu_result_name(got),
                tu_result_name(want), m ? m : "(NULL)");
     ok = 0;
   } else if (want != symmSuccess && (!m || !m[0] || (kw && !tu_contains_ci(m, kw)))) {
-    cw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s but the message \"%s\" does not mention \"%s\"", desc,
+    tw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s but the message \"%s\" does not mention \"%s\"", desc,
                tu_result_name(got), m ? m : "(NULL)", kw ? kw : "anything");
     ok = 0;
   }
@@ -146,15 +152,16 @@ static void expect(struct env *e, const char *desc, symmResult_t got, symmResult
 }
 
 static void destroyed_comm(struct env *e) {
-  struct cw *w = e->w;
-  cw_phase("destroyed communicator");
-  symmComm_t x[2];
-  int devs[2] = {w->r[0].device, w->r[1].device};
-  symmResult_t rc = symmCommInitAll(x, 2, devs);
+  struct tw *w = e->w;
+  tw_phase("destroyed communicator");
+  symmComm_t x[TW_MAX_RANKS];
+  int devs[TW_MAX_RANKS];
+  for (int i = 0; i < w->nlocal; i++) devs[i] = w->r[i].device;
+  symmResult_t rc = symmCommInitAll(x, w->nlocal, devs);
   REQUIRE(rc == symmSuccess, "symmCommInitAll for the destroyed-communicator checks: %s (%s)", tu_result_name(rc),
           symmGetLastError(NULL));
-  REQUIRE(symmCommDestroy(x[0]) == symmSuccess && symmCommDestroy(x[1]) == symmSuccess, "symmCommDestroy: %s",
-          symmGetLastError(NULL));
+  for (int i = 0; i < w->nlocal; i++)
+    REQUIRE(symmCommDestroy(x[i]) == symmSuccess, "symmCommDestroy: %s", symmGetLastError(NULL));
   /* No communicator is created in between, so the stale handle cannot have
    * been reused for a new one. */
   void *s = (void *)(uintptr_t)e->A[0], *r = (void *)(uintptr_t)e->B[0];
@@ -166,7 +173,7 @@ static void destroyed_comm(struct env *e) {
     char msg[1024];
     const char *m = tu_last_error(NULL, msg, sizeof msg);
     if (rc != symmInvalidUsage || !tu_contains_ci(m, "live")) {
-      cw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s (message \"%s\"), expected symmInvalidUsage naming a "
+      tw_fail_at(__FILE__, __LINE__, NULL, "%s: returned %s (message \"%s\"), expected symmInvalidUsage naming a "
                  "communicator that is not live", desc, tu_result_name(rc), m ? m : "(NULL)");
       e->nfailed++;
     }
@@ -174,34 +181,37 @@ static void destroyed_comm(struct env *e) {
   }
   symmResult_t ae = symmSuccess;
   rc = symmCommGetAsyncError(x[1], &ae);
-  CW_CHECK(NULL, rc == symmInvalidUsage, "symmCommGetAsyncError on a destroyed communicator returned %s",
+  TW_CHECK(NULL, rc == symmInvalidUsage, "symmCommGetAsyncError on a destroyed communicator returned %s",
            tu_result_name(rc));
   rc = symmCommDestroy(x[1]);
-  CW_CHECK(NULL, rc == symmInvalidUsage, "a second symmCommDestroy returned %s", tu_result_name(rc));
+  TW_CHECK(NULL, rc == symmInvalidUsage, "a second symmCommDestroy returned %s", tu_result_name(rc));
   e->ncases += 2;
 }
 
-static void body(struct cw *w, void *ctx) {
+static void body(struct tw *w, void *ctx) {
   (void)ctx;
   struct env e;
   memset(&e, 0, sizeof e);
   e.w = w;
-  for (int i = 0; i < 2; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuMemAlloc(&e.A[i], 2 * N * 4));
-    CW_CU(tu_cu.cuMemAlloc(&e.B[i], 2 * N * 4));
+  /* Room for every call's whole input and output (n blocks of N for
+   * reduce-scatter and all-to-all): only the bad argument may be wrong. */
+  const size_t ab_bytes = (size_t)w->nranks * N * 4;
+  for (int i = 0; i < w->nlocal; i++) {
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuMemAlloc(&e.A[i], ab_bytes));
+    TW_CU(tu_cu.cuMemAlloc(&e.B[i], ab_bytes));
   }
-  cw_use(&w->r[0]);
-  CW_CU(tu_cu.cuMemAlloc(&e.T0, 64));
-  CW_CU(tu_cu.cuMemAlloc(&e.flags0, 4096));
-  e.host = calloc(2 * N, 4);
+  tw_use(&w->r[0]);
+  TW_CU(tu_cu.cuMemAlloc(&e.T0, 64));
+  TW_CU(tu_cu.cuMemAlloc(&e.flags0, 4096));
+  e.host = calloc((size_t)w->nranks * N, 4);
   REQUIRE(e.host != NULL, "out of host memory");
 
   destroyed_comm(&e);
-  if (cw_init_comms(w) != symmSuccess) return;
+  if (tw_init_comms(w) != symmSuccess) return;
   valid_allreduce(&e, "init");
 
-  struct cw_rank *r0 = &w->r[0], *r1 = &w->r[1];
+  struct tw_rank *r0 = &w->r[0], *r1 = &w->r[1];
   symmComm_t c0 = r0->comm, c1 = r1->comm;
   CUstream s0 = r0->stream, s1 = r1->stream;
   void *A0 = (void *)(uintptr_t)e.A[0], *B0 = (void *)(uintptr_t)e.B[0];
@@ -209,12 +219,12 @@ static void body(struct cw *w, void *ctx) {
   void *T0 = (void *)(uintptr_t)e.T0;
   uint32_t *F0 = (uint32_t *)(uintptr_t)e.flags0;
   const size_t huge = SIZE_MAX / 2 + 1;
-  char d[256];
+  char d[256], what[64];
 
   for (int api = 0; api < NAPI; api++) {
     const char *an = api_name[api];
     const int root = api == A_SEND || api == A_RECV ? 1 : 0; /* peer 1, or root 0 (this rank) */
-    cw_phase("bad arguments of %s", an);
+    tw_phase("bad arguments of %s", an);
 #define BAD(what, call, want, where, kw)                          \
   do {                                                            \
     snprintf(d, sizeof d, "%s with %s", an, what);                \
@@ -260,8 +270,9 @@ static void body(struct cw *w, void *ctx) {
         "stream");
     if (has_root(api)) {
       const char *kw = api == A_SEND || api == A_RECV ? "peer" : "root";
-      BAD("root/peer 2 (2 ranks)", call_api(api, A0, B0, N, symmInt32, symmSum, 2, c0, s0, F0, 64),
-          symmInvalidArgument, c0, kw);
+      snprintf(what, sizeof what, "root/peer %d (%d ranks)", w->nranks, w->nranks);
+      BAD(what, call_api(api, A0, B0, N, symmInt32, symmSum, w->nranks, c0, s0, F0, 64), symmInvalidArgument, c0,
+          kw);
       BAD("root/peer -1", call_api(api, A0, B0, N, symmInt32, symmSum, -1, c0, s0, F0, 64), symmInvalidArgument, c0,
           kw);
     }
@@ -283,13 +294,13 @@ static void body(struct cw *w, void *ctx) {
   }
 
   /* A bad send inside a group: the call fails, the group then launches nothing. */
-  cw_phase("bad send inside a group");
+  tw_phase("bad send inside a group");
   {
     symmResult_t gs = symmGroupStart();
     symmResult_t bad = symmSend(A0, N, symmInt32, 7, c0, s0);
     symmResult_t ge = symmGroupEnd();
     e.ncases++;
-    CW_CHECK(r0, gs == symmSuccess && bad == symmInvalidArgument && ge == symmSuccess,
+    TW_CHECK(r0, gs == symmSuccess && bad == symmInvalidArgument && ge == symmSuccess,
              "group with a bad send (peer 7): symmGroupStart %s, symmSend %s (expected symmInvalidArgument), "
              "symmGroupEnd %s (expected symmSuccess: nothing left to launch)",
              tu_result_name(gs), tu_result_name(bad), tu_result_name(ge));
@@ -304,61 +315,77 @@ static void body(struct cw *w, void *ctx) {
 
   /* Valid: broadcast with sendbuff NULL on the non-root, reduce with
    * recvbuff NULL on the non-root. */
-  cw_phase("NULL buffers where the call does not use them");
+  tw_phase("NULL buffers where the call does not use them");
   {
-    int32_t in[N], out[N];
-    for (int j = 0; j < N; j++) in[j] = j * 3 - 77;
-    cw_use(r0);
-    CW_CU(cw_cu.cuMemcpyHtoDAsync(e.A[0], in, sizeof in, s0));
-    cw_use(r1);
-    CW_CU(cw_cu.cuMemsetD8Async(e.B[1], 0xa5, N * 4, s1));
-    symmResult_t a = symmBroadcast(A0, B0, N, symmInt32, 0, c0, s0);
-    symmResult_t b = symmBroadcast(NULL, B1, N, symmInt32, 0, c1, s1);
+    /* Root 0; every other rank is a non-root and passes NULL. */
+    static int32_t in[TW_MAX_RANKS][N];
+    int32_t out[N], sum[N];
+    for (int j = 0; j < N; j++) sum[j] = 0;
+    for (int i = 0; i < w->nlocal; i++)
+      for (int j = 0; j < N; j++) {
+        in[i][j] = i == 0 ? j * 3 - 77 : 1000 * i - j;
+        sum[j] += in[i][j];
+      }
+    tw_use(r0);
+    TW_CU(cw_cu.cuMemcpyHtoDAsync(e.A[0], in[0], sizeof in[0], s0));
+    for (int i = 1; i < w->nlocal; i++) {
+      tw_use(&w->r[i]);
+      TW_CU(cw_cu.cuMemsetD8Async(e.B[i], 0xa5, N * 4, w->r[i].stream));
+    }
+    for (int i = 0; i < w->nlocal; i++) {
+      struct tw_rank *r = &w->r[i];
+      symmResult_t rc = symmBroadcast(i == 0 ? A0 : NULL, (void *)(uintptr_t)e.B[i], N, symmInt32, 0, r->comm,
+                                      r->stream);
+      TW_CHECK(r, rc == symmSuccess, "broadcast with sendbuff NULL on the non-roots: %s (%s)", tu_result_name(rc),
+               symmGetLastError(r->comm));
+    }
     e.ncases++;
-    CW_CHECK(NULL, a == symmSuccess && b == symmSuccess,
-             "broadcast with sendbuff NULL on the non-root: root %s, non-root %s (%s)", tu_result_name(a),
-             tu_result_name(b), symmGetLastError(c1));
-    cw_sync_all(w, 60, "broadcast with NULL sendbuff on the non-root");
-    cw_use(r1);
-    CW_CU(tu_cu.cuMemcpyDtoH(out, e.B[1], sizeof out));
-    CW_CHECK(r1, memcmp(in, out, sizeof in) == 0, "broadcast with sendbuff NULL on the non-root: wrong data");
+    tw_sync_all(w, 60, "broadcast with NULL sendbuff on the non-roots");
+    for (int i = 1; i < w->nlocal; i++) {
+      tw_use(&w->r[i]);
+      TW_CU(tu_cu.cuMemcpyDtoH(out, e.B[i], sizeof out));
+      TW_CHECK(&w->r[i], memcmp(in[0], out, sizeof out) == 0, "broadcast with sendbuff NULL on the non-root: wrong data");
+    }
 
-    int32_t in1[N];
-    for (int j = 0; j < N; j++) in1[j] = 1000 - j;
-    cw_use(r1);
-    CW_CU(cw_cu.cuMemcpyHtoDAsync(e.A[1], in1, sizeof in1, s1));
-    cw_use(r0);
-    CW_CU(cw_cu.cuMemsetD8Async(e.B[0], 0xa5, N * 4, s0));
-    a = symmReduce(A0, B0, N, symmInt32, symmSum, 0, c0, s0);
-    b = symmReduce(A1, NULL, N, symmInt32, symmSum, 0, c1, s1);
+    for (int i = 1; i < w->nlocal; i++) {
+      tw_use(&w->r[i]);
+      TW_CU(cw_cu.cuMemcpyHtoDAsync(e.A[i], in[i], sizeof in[i], w->r[i].stream));
+    }
+    tw_use(r0);
+    TW_CU(cw_cu.cuMemsetD8Async(e.B[0], 0xa5, N * 4, s0));
+    for (int i = 0; i < w->nlocal; i++) {
+      struct tw_rank *r = &w->r[i];
+      symmResult_t rc = symmReduce((void *)(uintptr_t)e.A[i], i == 0 ? B0 : NULL, N, symmInt32, symmSum, 0, r->comm,
+                                   r->stream);
+      TW_CHECK(r, rc == symmSuccess, "reduce with recvbuff NULL on the non-roots: %s (%s)", tu_result_name(rc),
+               symmGetLastError(r->comm));
+    }
     e.ncases++;
-    CW_CHECK(NULL, a == symmSuccess && b == symmSuccess,
-             "reduce with recvbuff NULL on the non-root: root %s, non-root %s (%s)", tu_result_name(a),
-             tu_result_name(b), symmGetLastError(c1));
-    cw_sync_all(w, 60, "reduce with NULL recvbuff on the non-root");
-    cw_use(r0);
-    CW_CU(tu_cu.cuMemcpyDtoH(out, e.B[0], sizeof out));
+    tw_sync_all(w, 60, "reduce with NULL recvbuff on the non-roots");
+    tw_use(r0);
+    TW_CU(tu_cu.cuMemcpyDtoH(out, e.B[0], sizeof out));
     int bad = 0;
-    for (int j = 0; j < N; j++) bad += out[j] != in[j] + in1[j];
-    CW_CHECK(r0, bad == 0, "reduce with recvbuff NULL on the non-root: %d wrong elements at the root", bad);
-    cw_check_async(w, "NULL buffers where unused");
+    for (int j = 0; j < N; j++) bad += out[j] != sum[j];
+    TW_CHECK(r0, bad == 0, "reduce with recvbuff NULL on the non-roots: %d wrong elements at the root", bad);
+    tw_check_async(w, "NULL buffers where unused");
   }
 
-  cw_log(w, "summary: %d bad-input cases checked (each followed by a checked all-reduce), %d failed", e.ncases,
+  tw_log(w, "summary: %d bad-input cases checked (each followed by a checked all-reduce), %d failed", e.ncases,
          e.nfailed);
-  cw_destroy_comms(w);
-  for (int i = 0; i < 2; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuMemFree(e.A[i]));
-    CW_CU(tu_cu.cuMemFree(e.B[i]));
+  tw_destroy_comms(w);
+  for (int i = 0; i < w->nlocal; i++) {
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuMemFree(e.A[i]));
+    TW_CU(tu_cu.cuMemFree(e.B[i]));
   }
-  cw_use(&w->r[0]);
-  CW_CU(tu_cu.cuMemFree(e.T0));
-  CW_CU(tu_cu.cuMemFree(e.flags0));
+  tw_use(&w->r[0]);
+  TW_CU(tu_cu.cuMemFree(e.T0));
+  TW_CU(tu_cu.cuMemFree(e.flags0));
   free(e.host);
 }
 
 int main(int argc, char **argv) {
-  REQUIRE(argc == 2, "usage: coll_bad_input all");
-  return cw_main("coll_bad_input", "all", argc, argv, 270, body, NULL, NULL);
+  static const struct tw_spec spec = {.name = "coll_bad_input", .modes = "all", .limit_s = 270, .min_gpus = 2,
+      .process_init = cw_process_init, .body = body};
+  return tw_main(&spec, argc, argv);
 }

@@ -1,15 +1,16 @@
 /*
- * coll_graph <mp|all> [--replays=N]
+ * coll_graph <mp|all> [--nranks=N] [--replays=N]
  *
- * CUDA graph capture and replay of the collectives. For each buffer class
- * (symmetric, registered, staged) one graph per rank is captured on a
- * non-default stream (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL; in "all" mode
- * both GPUs' streams are captured at once, since a send/recv group spans
- * both communicators). The graph holds, for a small (4099) and a large
- * (3000001, several staging rounds / p2p chunks) count:
+ * CUDA graph capture and replay of the collectives over n ranks. For each
+ * buffer class (symmetric, registered, staged) one graph per rank is
+ * captured on a non-default stream (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL; in
+ * "all" mode every rank's stream is captured at once, since a send/recv
+ * group spans every communicator). The graph holds, for a small (4099) and
+ * a large (3000001, several staging rounds / p2p chunks) count:
  *   all-reduce bf16 sum, all-reduce int32 max, all-gather bf16,
- *   reduce-scatter int32 sum, broadcast int32 (root 0 small, root 1 large),
- *   all-to-all bf16, and a send/recv exchange group (int32)
+ *   reduce-scatter int32 sum, broadcast int32 (root 0 small, root n-1
+ *   large), all-to-all bf16, and a send/recv ring group (int32: send to
+ *   rank + 1, receive from rank - 1)
  * preceded by input kernels that derive every input from a replay counter
  * in device memory (so every replay has different inputs), followed by
  * check kernels that compare every output element of every replay with its
@@ -17,7 +18,9 @@
  * inputs are small integers so the sums are exact), and a kernel that
  * advances the counter.
  *
- * The graph is replayed 1000 times. After replay 0, every 50th replay and
+ * The graph is replayed 1000 times (--replays; CTest's shared-device runs
+ * use fewer: there every cross-rank wait costs a context switch). After
+ * replay 0, every 50th replay and
  * the last one, the host also (a) copies every output back and compares it
  * with a host computation of the expected values, and (b) runs the same
  * sequence eagerly (outside the graph) for the same replay number, and
@@ -77,7 +80,7 @@ static void make_ops(int nranks) {
       o->coll = list[j].coll;
       o->kind = list[j].kind;
       o->op_id = (uint32_t)k;
-      o->root = (uint32_t)s; /* broadcast: root 0 for the small count, 1 for the large */
+      o->root = s ? (uint32_t)nranks - 1 : 0; /* broadcast: root 0 for the small count, n-1 for the large */
       o->count = c;
       const size_t es = o->kind == CG_BF16 ? 2 : 4;
       o->in_elems = (o->coll == CG_RS_SUM || o->coll == CG_A2A) ? (size_t)nranks * c : c;
@@ -96,20 +99,20 @@ static void make_ops(int nranks) {
 static size_t op_es(const struct gop *o) { return o->kind == CG_BF16 ? 2 : 4; }
 static symmDataType_t op_dt(const struct gop *o) { return o->kind == CG_BF16 ? symmBfloat16 : symmInt32; }
 
-static void launch(const struct cw_rank *r, CUfunction fn, uint64_t n, void **params, const char *what) {
+static void launch(const struct tw_rank *r, CUfunction fn, uint64_t n, void **params, const char *what) {
   uint64_t blocks = n ? (n + 255) / 256 : 1;
   if (blocks > 1024) blocks = 1024;
   CUresult rc = tu_cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, n ? 256 : 32, 1, 1, 0, r->stream, params, NULL);
-  CW_REQUIRE(r, rc == 0, "cuLaunchKernel(%s): %s", what, tu_cu_error(rc));
+  TW_REQUIRE(r, rc == 0, "cuLaunchKernel(%s): %s", what, tu_cu_error(rc));
 }
 
 /* The whole sequence on every local rank's stream (captured or eager).
  * ctr_slot 0 = graph counter/result, 1 = eager. */
-static void enqueue_sequence(struct cw *w, struct rank_k *rk, const struct cw_buf *in, const struct cw_buf *out,
+static void enqueue_sequence(struct tw *w, struct rank_k *rk, const struct cw_buf *in, const struct cw_buf *out,
                              uint32_t seed, int slot, int bump) {
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    cw_use(r);
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
     for (int k = 0; k < NOPS; k++) {
       const struct gop *o = &g_ops[k];
       CUdeviceptr buf = in->p[i] + o->in_off, ctr = rk[i].ctr + 4 * (size_t)slot;
@@ -126,11 +129,11 @@ static void enqueue_sequence(struct cw *w, struct rank_k *rk, const struct cw_bu
       symmResult_t rc = symmGroupStart();
       REQUIRE(rc == symmSuccess, "symmGroupStart: %s", tu_result_name(rc));
       for (int i = 0; i < w->nlocal; i++) {
-        struct cw_rank *r = &w->r[i];
+        struct tw_rank *r = &w->r[i];
         void *sp = (void *)(uintptr_t)(in->p[i] + o->in_off), *rp = (void *)(uintptr_t)(out->p[i] + o->out_off);
-        int peer = (r->rank + 1) % w->nranks;
-        CW_SYMM_REQUIRE(r, symmSend(sp, o->count, dt, peer, r->comm, r->stream));
-        CW_SYMM_REQUIRE(r, symmRecv(rp, o->count, dt, peer, r->comm, r->stream));
+        const int next = (r->rank + 1) % w->nranks, prev = (r->rank + w->nranks - 1) % w->nranks;
+        TW_SYMM_REQUIRE(r, symmSend(sp, o->count, dt, next, r->comm, r->stream));
+        TW_SYMM_REQUIRE(r, symmRecv(rp, o->count, dt, prev, r->comm, r->stream));
       }
       rc = symmGroupEnd();
       REQUIRE(rc == symmSuccess, "symmGroupEnd (sendrecv, count %zu): %s (%s)", o->count, tu_result_name(rc),
@@ -138,26 +141,26 @@ static void enqueue_sequence(struct cw *w, struct rank_k *rk, const struct cw_bu
       continue;
     }
     for (int i = 0; i < w->nlocal; i++) {
-      struct cw_rank *r = &w->r[i];
+      struct tw_rank *r = &w->r[i];
       const void *sp = (const void *)(uintptr_t)(in->p[i] + o->in_off);
       void *rp = (void *)(uintptr_t)(out->p[i] + o->out_off);
       switch (o->coll) {
-        case CG_AR_SUM: CW_SYMM_REQUIRE(r, symmAllReduce(sp, rp, o->count, dt, symmSum, r->comm, r->stream)); break;
-        case CG_AR_MAX: CW_SYMM_REQUIRE(r, symmAllReduce(sp, rp, o->count, dt, symmMax, r->comm, r->stream)); break;
-        case CG_AG: CW_SYMM_REQUIRE(r, symmAllGather(sp, rp, o->count, dt, r->comm, r->stream)); break;
+        case CG_AR_SUM: TW_SYMM_REQUIRE(r, symmAllReduce(sp, rp, o->count, dt, symmSum, r->comm, r->stream)); break;
+        case CG_AR_MAX: TW_SYMM_REQUIRE(r, symmAllReduce(sp, rp, o->count, dt, symmMax, r->comm, r->stream)); break;
+        case CG_AG: TW_SYMM_REQUIRE(r, symmAllGather(sp, rp, o->count, dt, r->comm, r->stream)); break;
         case CG_RS_SUM:
-          CW_SYMM_REQUIRE(r, symmReduceScatter(sp, rp, o->count, dt, symmSum, r->comm, r->stream));
+          TW_SYMM_REQUIRE(r, symmReduceScatter(sp, rp, o->count, dt, symmSum, r->comm, r->stream));
           break;
         case CG_BC:
-          CW_SYMM_REQUIRE(r, symmBroadcast(sp, rp, o->count, dt, (int)o->root, r->comm, r->stream));
+          TW_SYMM_REQUIRE(r, symmBroadcast(sp, rp, o->count, dt, (int)o->root, r->comm, r->stream));
           break;
-        default: CW_SYMM_REQUIRE(r, symmAllToAll(sp, rp, o->count, dt, r->comm, r->stream)); break;
+        default: TW_SYMM_REQUIRE(r, symmAllToAll(sp, rp, o->count, dt, r->comm, r->stream)); break;
       }
     }
   }
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    cw_use(r);
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
     for (int k = 0; k < NOPS; k++) {
       const struct gop *o = &g_ops[k];
       CUdeviceptr buf = out->p[i] + o->out_off, ctr = rk[i].ctr + 4 * (size_t)slot,
@@ -198,20 +201,20 @@ static void hcheck_range(size_t lo, size_t hi, int tid, void *arg) {
 
 /* Copy rank i's outputs to host (one op at a time into `h`, packed at the
  * op's out_off), after the stream is idle. */
-static void fetch_outputs(struct cw *w, int i, const struct cw_buf *out, struct cw_host *h) {
-  struct cw_rank *r = &w->r[i];
-  cw_use(r);
-  CW_CU(cw_cu.cuMemcpyDtoHAsync(h->p, out->p[i], g_out_bytes, r->stream));
+static void fetch_outputs(struct tw *w, int i, const struct cw_buf *out, struct cw_host *h) {
+  struct tw_rank *r = &w->r[i];
+  tw_use(r);
+  TW_CU(cw_cu.cuMemcpyDtoHAsync(h->p, out->p[i], g_out_bytes, r->stream));
 }
 
-static int sample_and_eager(struct cw *w, struct rank_k *rk, const struct cw_buf *in, const struct cw_buf *out,
+static int sample_and_eager(struct tw *w, struct rank_k *rk, const struct cw_buf *in, const struct cw_buf *out,
                             uint32_t seed, uint32_t replay, const char *cls) {
   int failed = 0;
-  cw_phase("%s: host check of graph replay %u", cls, replay);
+  tw_phase("%s: host check of graph replay %u", cls, replay);
   for (int i = 0; i < w->nlocal; i++) fetch_outputs(w, i, out, &rk[i].host_g);
-  cw_sync_all(w, 120, "copying graph outputs");
+  tw_sync_all(w, 120, "copying graph outputs");
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     for (int k = 0; k < NOPS; k++) {
       struct hcheck x;
       memset(&x, 0, sizeof x);
@@ -229,7 +232,7 @@ static int sample_and_eager(struct cw *w, struct rank_k *rk, const struct cw_buf
       }
       if (bad) {
         const struct gop *o = &g_ops[k];
-        cw_fail_at(__FILE__, __LINE__, r,
+        tw_fail_at(__FILE__, __LINE__, r,
                    "%s graph replay %u: %s count %zu: %zu of %zu output elements wrong (host check), first %zu: "
                    "got 0x%x expected 0x%x",
                    cls, replay, cg_name[o->coll], o->count, bad, o->out_elems, first,
@@ -241,15 +244,15 @@ static int sample_and_eager(struct cw *w, struct rank_k *rk, const struct cw_buf
     }
   }
   /* The same replay number, eagerly. */
-  cw_phase("%s: eager run of replay %u", cls, replay);
+  tw_phase("%s: eager run of replay %u", cls, replay);
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(cw_cu.cuMemsetD32Async(rk[i].ctr + 4, replay, 1, w->r[i].stream));
-    CW_CU(cw_cu.cuMemsetD8Async(out->p[i], 0xa5, g_out_bytes, w->r[i].stream)); /* no stale graph output */
+    tw_use(&w->r[i]);
+    TW_CU(cw_cu.cuMemsetD32Async(rk[i].ctr + 4, replay, 1, w->r[i].stream));
+    TW_CU(cw_cu.cuMemsetD8Async(out->p[i], 0xa5, g_out_bytes, w->r[i].stream)); /* no stale graph output */
   }
   enqueue_sequence(w, rk, in, out, seed, 1, 0);
   for (int i = 0; i < w->nlocal; i++) fetch_outputs(w, i, out, &rk[i].host_e);
-  cw_sync_all(w, 120, "eager run");
+  tw_sync_all(w, 120, "eager run");
   for (int i = 0; i < w->nlocal; i++) {
     for (int k = 0; k < NOPS; k++) {
       const struct gop *o = &g_ops[k];
@@ -259,7 +262,7 @@ static int sample_and_eager(struct cw *w, struct rank_k *rk, const struct cw_buf
       if (memcmp(a, e, nb) != 0) {
         size_t j = 0;
         while (j < nb && a[j] == e[j]) j++;
-        cw_fail_at(__FILE__, __LINE__, &w->r[i],
+        tw_fail_at(__FILE__, __LINE__, &w->r[i],
                    "%s replay %u: %s count %zu: graph and eager outputs differ, first at byte %zu (element %zu): "
                    "graph 0x%02x eager 0x%02x",
                    cls, replay, cg_name[o->coll], o->count, j, j / op_es(o), a[j], e[j]);
@@ -267,150 +270,152 @@ static int sample_and_eager(struct cw *w, struct rank_k *rk, const struct cw_buf
       }
     }
   }
-  cw_check_async(w, "graph sample");
+  tw_check_async(w, "graph sample");
   return failed;
 }
 
-static void read_result(const struct cw_rank *r, CUdeviceptr res, unsigned long long out[8]) {
-  cw_use(r);
-  CW_CU(tu_cu.cuMemcpyDtoH(out, res, 64));
+static void read_result(const struct tw_rank *r, CUdeviceptr res, unsigned long long out[8]) {
+  tw_use(r);
+  TW_CU(tu_cu.cuMemcpyDtoH(out, res, 64));
 }
 
-static void run_class(struct cw *w, struct rank_k *rk, enum cw_class cls) {
+static void run_class(struct tw *w, struct rank_k *rk, enum cw_class cls) {
   const char *cname = cw_class_name[cls];
   const uint32_t seed = (uint32_t)cw_mix64(g_seed + (uint64_t)cls);
   struct cw_buf in, out;
   cw_buf_alloc(w, &in, cls, g_in_bytes);
   cw_buf_alloc(w, &out, cls, g_out_bytes);
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(cw_cu.cuMemsetD32Async(rk[i].ctr, 0, 2, w->r[i].stream));
-    CW_CU(cw_cu.cuMemsetD8Async(rk[i].res, 0, 128, w->r[i].stream));
+    tw_use(&w->r[i]);
+    TW_CU(cw_cu.cuMemsetD32Async(rk[i].ctr, 0, 2, w->r[i].stream));
+    TW_CU(cw_cu.cuMemsetD8Async(rk[i].res, 0, 128, w->r[i].stream));
   }
-  cw_sync_all(w, 60, "reset counters");
+  tw_sync_all(w, 60, "reset counters");
 
   /* Capture (every local stream at once). */
-  cw_phase("%s: capture", cname);
-  CUgraph graph[CW_MAX_RANKS] = {0};
-  CUgraphExec exec[CW_MAX_RANKS] = {0};
+  tw_phase("%s: capture", cname);
+  CUgraph graph[TW_MAX_RANKS] = {0};
+  CUgraphExec exec[TW_MAX_RANKS] = {0};
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuStreamBeginCapture(w->r[i].stream, TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuStreamBeginCapture(w->r[i].stream, TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   }
   enqueue_sequence(w, rk, &in, &out, seed, 0, 1);
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
+    tw_use(&w->r[i]);
     CUresult rc = tu_cu.cuStreamEndCapture(w->r[i].stream, &graph[i]);
-    CW_REQUIRE(&w->r[i], rc == 0 && graph[i], "cuStreamEndCapture: %s (did a library call invalidate the capture?)",
+    TW_REQUIRE(&w->r[i], rc == 0 && graph[i], "cuStreamEndCapture: %s (did a library call invalidate the capture?)",
                tu_cu_error(rc));
   }
   /* Only after every capture of this thread has ended. */
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuGraphInstantiateWithFlags(&exec[i], graph[i], 0));
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuGraphInstantiateWithFlags(&exec[i], graph[i], 0));
   }
 
   /* Replays. */
   double t0 = tu_now(), sampling = 0;
   int samples = 0, sample_fail = 0;
   for (int k = 0; k < g_replays; k++) {
-    cw_phase("%s: graph replay %d of %d", cname, k, g_replays);
+    tw_phase("%s: graph replay %d of %d", cname, k, g_replays);
     for (int i = 0; i < w->nlocal; i++) {
-      cw_use(&w->r[i]);
-      CW_CU(tu_cu.cuGraphLaunch(exec[i], w->r[i].stream));
+      tw_use(&w->r[i]);
+      TW_CU(tu_cu.cuGraphLaunch(exec[i], w->r[i].stream));
     }
     if (k == 0 || (k + 1) % SAMPLE_EVERY == 0 || k == g_replays - 1) {
-      cw_sync_all(w, 120, "graph replay");
+      tw_sync_all(w, 120, "graph replay");
       double s0 = tu_now();
       sample_fail |= sample_and_eager(w, rk, &in, &out, seed, (uint32_t)k, cname);
       samples++;
       sampling += tu_now() - s0;
     }
   }
-  cw_sync_all(w, 120, "last replay");
+  tw_sync_all(w, 120, "last replay");
   double total = tu_now() - t0;
 
   for (int i = 0; i < w->nlocal; i++) {
-    const struct cw_rank *r = &w->r[i];
+    const struct tw_rank *r = &w->r[i];
     unsigned long long gres[8], eres[8];
     uint32_t ctr[2];
     read_result(r, rk[i].res, gres);
     read_result(r, rk[i].res + 64, eres);
-    CW_CU(tu_cu.cuMemcpyDtoH(ctr, rk[i].ctr, sizeof ctr));
-    CW_CHECK(r, ctr[0] == (uint32_t)g_replays, "%s: the graph's replay counter is %u after %d replays", cname, ctr[0],
+    TW_CU(tu_cu.cuMemcpyDtoH(ctr, rk[i].ctr, sizeof ctr));
+    TW_CHECK(r, ctr[0] == (uint32_t)g_replays, "%s: the graph's replay counter is %u after %d replays", cname, ctr[0],
              g_replays);
     if (gres[0])
-      cw_fail_at(__FILE__, __LINE__, r,
+      tw_fail_at(__FILE__, __LINE__, r,
                  "%s: %llu wrong output elements over %d graph replays (device check); first: replay %llu, %s count "
                  "%zu, index %llu: got 0x%llx expected 0x%llx",
                  cname, gres[0], g_replays, gres[2], cg_name[g_ops[gres[3] % NOPS].coll], g_ops[gres[3] % NOPS].count,
                  gres[4], gres[5], gres[6]);
     if (eres[0])
-      cw_fail_at(__FILE__, __LINE__, r,
+      tw_fail_at(__FILE__, __LINE__, r,
                  "%s: %llu wrong output elements in the eager runs (device check); first: replay %llu, %s count %zu, "
                  "index %llu: got 0x%llx expected 0x%llx",
                  cname, eres[0], eres[2], cg_name[g_ops[eres[3] % NOPS].coll], g_ops[eres[3] % NOPS].count, eres[4],
                  eres[5], eres[6]);
-    cw_log(w, "%-10s rank %d: %d replays of %d collectives (device-checked: %llu wrong elements), %d host-checked "
+    tw_log(w, "%-10s rank %d: %d replays of %d collectives (device-checked: %llu wrong elements), %d host-checked "
            "samples + eager comparisons%s; %.2f s total, %.2f s sampling, %.0f us/replay otherwise",
            cname, r->rank, g_replays, NOPS, gres[0], samples, sample_fail ? " (FAILED)" : "", total, sampling,
            (total - sampling) / g_replays * 1e6);
   }
-  cw_check_async(w, "graph replays");
+  tw_check_async(w, "graph replays");
 
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuGraphExecDestroy(exec[i]));
-    CW_CU(tu_cu.cuGraphDestroy(graph[i]));
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuGraphExecDestroy(exec[i]));
+    TW_CU(tu_cu.cuGraphDestroy(graph[i]));
   }
   cw_buf_free(w, &in);
   cw_buf_free(w, &out);
 }
 
-static void body(struct cw *w, void *ctx) {
+static void body(struct tw *w, void *ctx) {
   (void)ctx;
   make_ops(w->nranks);
-  if (w->mode != CW_MP || w->r[0].rank == 0)
-    cw_log(w, "seed 0x%llx (COLL_SEED reproduces); %d replays; %d collectives per graph (counts 4099 and 3000001); "
+  if (w->lead)
+    tw_log(w, "seed 0x%llx (COLL_SEED reproduces); %d replays; %d collectives per graph (counts 4099 and 3000001); "
            "inputs %.1f MiB, outputs %.1f MiB per rank and class",
            (unsigned long long)g_seed, g_replays, NOPS, g_in_bytes / 1048576.0, g_out_bytes / 1048576.0);
-  struct rank_k rk[CW_MAX_RANKS];
+  struct rank_k rk[TW_MAX_RANKS];
   memset(rk, 0, sizeof rk);
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    rk[i].mod = cw_load_module(r, COLL_KERNELS_FATBIN);
-    rk[i].fill = cw_function(r, rk[i].mod, "cg_fill");
-    rk[i].check = cw_function(r, rk[i].mod, "cg_check");
-    rk[i].bump = cw_function(r, rk[i].mod, "cg_bump");
-    cw_use(r);
-    CW_CU(tu_cu.cuMemAlloc(&rk[i].ctr, 64));
-    CW_CU(tu_cu.cuMemAlloc(&rk[i].res, 128));
+    struct tw_rank *r = &w->r[i];
+    rk[i].mod = tw_load_module(r, COLL_KERNELS_FATBIN, "COLL_TEST_KERNELS");
+    rk[i].fill = tw_function(r, rk[i].mod, "cg_fill");
+    rk[i].check = tw_function(r, rk[i].mod, "cg_check");
+    rk[i].bump = tw_function(r, rk[i].mod, "cg_bump");
+    tw_use(r);
+    TW_CU(tu_cu.cuMemAlloc(&rk[i].ctr, 64));
+    TW_CU(tu_cu.cuMemAlloc(&rk[i].res, 128));
     cw_host_alloc(r, &rk[i].host_g, g_out_bytes);
     cw_host_alloc(r, &rk[i].host_e, g_out_bytes);
   }
-  if (cw_init_comms(w) != symmSuccess) return;
+  if (tw_init_comms(w) != symmSuccess) return;
   for (int c = CW_NCLASSES - 1; c >= 0; c--) run_class(w, rk, (enum cw_class)c);
-  cw_destroy_comms(w);
+  tw_destroy_comms(w);
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    cw_use(r);
-    CW_CU(tu_cu.cuMemFree(rk[i].ctr));
-    CW_CU(tu_cu.cuMemFree(rk[i].res));
-    CW_CU(tu_cu.cuModuleUnload(rk[i].mod));
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    TW_CU(tu_cu.cuMemFree(rk[i].ctr));
+    TW_CU(tu_cu.cuMemFree(rk[i].res));
+    TW_CU(tu_cu.cuModuleUnload(rk[i].mod));
     cw_host_free(r, &rk[i].host_g);
     cw_host_free(r, &rk[i].host_e);
   }
 }
 
+static int option(const char *arg, void *ctx) {
+  (void)ctx;
+  if (strncmp(arg, "--replays=", 10) != 0) return -1;
+  g_replays = atoi(arg + 10);
+  REQUIRE(g_replays >= 1, "--replays must be >= 1");
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  for (int i = 2; i < argc; i++) {
-    if (strncmp(argv[i], "--replays=", 10) == 0) {
-      g_replays = atoi(argv[i] + 10);
-      REQUIRE(g_replays >= 1, "--replays must be >= 1");
-    } else {
-      REQUIRE(0, "unknown option %s (usage: coll_graph <mp|all> [--replays=N])", argv[i]);
-    }
-  }
   g_seed = cw_pick_seed();
-  return cw_main("coll_graph", "mp,all", argc, argv, 540, body, NULL, NULL);
+  static const struct tw_spec spec = {.name = "coll_graph", .modes = "mp,all", .usage = "[--replays=N]",
+      .limit_s = 540, .option = option, .process_init = cw_process_init, .body = body};
+  return tw_main(&spec, argc, argv);
 }

@@ -1,38 +1,52 @@
 /*
- * coll_matrix <mp|all> [--tiers=SML] [--colls=a,b,...] [--reps=N]
+ * coll_matrix <mp|all> [--nranks=N] [--tiers=SMLQ] [--colls=a,b,...] [--reps=N]
  *
- * Correctness matrix of the collectives over 2 ranks: every collective x
- * element type x reduction op x count x in/out of place x buffer class x
- * alignment, each case run twice in a row (--reps) with fresh random
+ * Correctness matrix of the collectives over n ranks: every collective x
+ * element type x reduction op x root x count x in/out of place x buffer
+ * class x alignment, each case run twice in a row (--reps) with fresh random
  * inputs, checked element by element on the host against a host model of
  * the library's rules (coll_util.c: cw_reduce).
  *
- * Collectives: allreduce, allgather, reducescatter, broadcast (root 0 and
- * 1), reduce (root 0 and 1), alltoall, sendrecv (each rank sends to and
- * receives from the other in one group) and self_sendrecv (a rank sends to
- * itself in one group).
+ * Collectives: allreduce, allgather, reducescatter, broadcast, reduce,
+ * alltoall (block q of every rank goes to rank q), sendrecv (a ring in one
+ * group: send to rank + 1, receive from rank - 1), sendrecv_pair (pairwise
+ * exchange 0<->1, 2<->3, ...; even n > 2 only: with 2 ranks it is the ring)
+ * and self_sendrecv (a rank sends to itself in one group). Inside a group
+ * even ranks post the send first and odd ranks the receive: the order must
+ * not matter. Roots: 0, n/2 and n-1 (0 and 1 with two ranks).
  *
- * What runs (the full product is too large for the big counts, so they get
- * a representative subset -- printed at start):
+ * Tiers (the full product is too large for the big counts, so they get a
+ * representative subset -- printed at start):
  *   tier S  counts 0, 1, 7, 1023, 65539: the full product. Every dtype, every
- *           op (sum, prod, max, min, avg), roots 0 and 1, every buffer
- *           class (staged = cuMemAlloc, registered = cuMemAlloc +
+ *           op (sum, prod, max, min, avg), every root, every buffer class
+ *           (staged = cuMemAlloc, registered = cuMemAlloc +
  *           symmCommRegister, symmetric = symmMemAlloc); out of place with
  *           send+recv 256-byte aligned, both offset by one element, or only
  *           sendbuff offset (mixed alignment); in place aligned and offset.
+ *   tier Q  (quick: CTest's shared-device runs) counts 0, 7, 65539;
+ *           fp8e4m3, bf16, int32 and float64 (1, 2, 4, 8 bytes); ops sum
+ *           and avg (n-dependent); six placements (out of place: staged aligned,
+ *           registered offset, symmetric aligned, symmetric send-offset; in
+ *           place: symmetric aligned, staged offset), the root turning with
+ *           the placement. 65539 elements straddle the LL limit (512 KiB /
+ *           (n - 1)) and the two-shot threshold (256 KiB) depending on n
+ *           and the element size.
  *   tier M  count 4 Mi (4194304): every collective and dtype; ops sum and
- *           max; roots 0 and 1; three variants: staged in place (out of
- *           place for send/recv) offset by one element, registered out of
+ *           max; every root; three variants: staged in place (out of place
+ *           for send/recv) offset by one element, registered out of
  *           place with only sendbuff offset, symmetric out of place aligned.
  *           Send/recv also 4 Mi + 4099 (a short last 2 MiB chunk), staged
  *           offset and symmetric aligned.
  *   tier L  count 256 Mi (268435456): allreduce and reducescatter with
  *           bf16 sum, fp32 sum and int32 max, allgather of bf16, fp32 and
  *           int32; symmetric out of place aligned and staged in place offset
- *           by one element. Plus allgather of float64 (4 GiB receive
+ *           by one element. Plus allgather of float64 (n x 2 GiB receive
  *           buffer: byte offsets past 2^32), symmetric and staged, out of
  *           place. The sendbuff-unchanged check is skipped in tier L.
- *   Tier L is dropped (and says so) when a GPU has too little free memory.
+ *   Tier L is dropped (and says so) when a GPU has too little free memory
+ *   (counting every rank that shares it).
+ * SYMM_TEST_TIERS=<letters> overrides --tiers (e.g. SYMM_TEST_TIERS=SML
+ * for a full run of a registered test); the default is SML.
  *
  * Every run: the receive window (plus the bytes before an offset buffer and
  * 256 guard bytes after it) is poisoned with 0xA5 (0x5A on the second rep),
@@ -43,6 +57,8 @@
  * window (guards, the non-root's reduce output, the other blocks of an in
  * place reduce-scatter) must be unchanged, and the send window must be
  * unchanged (out of place). symmCommGetAsyncError must stay symmSuccess.
+ * A failure names the case (collective, dtype, op, root, count, placement,
+ * class, rep), the rank, the first bad element and the seed.
  *
  * Inputs: fresh random values every run from a seed printed at start
  * (COLL_SEED=<seed> reproduces a run); rank r's element j is
@@ -65,19 +81,21 @@
 #error "COLL_KERNELS_FATBIN must be defined by the build"
 #endif
 
-enum { C_AR, C_AG, C_RS, C_BC, C_RD, C_A2A, C_SR, C_SELF, NCOLL };
-static const char *const coll_name[NCOLL] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                             "reduce",    "alltoall",  "sendrecv",      "self_sendrecv"};
+enum { C_AR, C_AG, C_RS, C_BC, C_RD, C_A2A, C_SR, C_PAIR, C_SELF, NCOLL };
+static const char *const coll_name[NCOLL] = {"allreduce", "allgather",     "reducescatter",
+                                             "broadcast", "reduce",        "alltoall",
+                                             "sendrecv",  "sendrecv_pair", "self_sendrecv"};
 static int is_reduction(int c) { return c == C_AR || c == C_RS || c == C_RD; }
 static int has_root(int c) { return c == C_BC || c == C_RD; }
-static int has_in_place(int c) { return c != C_SR && c != C_SELF; }
+static int is_p2p(int c) { return c == C_SR || c == C_PAIR || c == C_SELF; }
+static int has_in_place(int c) { return !is_p2p(c); }
 
 enum { AL_ALIGNED = 0, AL_BOTH = 1, AL_SEND = 2 };
 static const char *const align_name[3] = {"aligned", "offset+1elem", "send-offset+1elem"};
 
 #define GUARD 256
-#define NTIERS 3
-static const char tier_char[NTIERS] = {'S', 'M', 'L'};
+enum { T_S, T_M, T_L, T_Q, NTIERS };
+static const char tier_char[NTIERS] = {'S', 'M', 'L', 'Q'};
 
 struct mcase {
   unsigned char coll, dt, op, root, inplace, cls, align, tier;
@@ -98,81 +116,110 @@ static size_t add(struct mcase *out, size_t n, struct mcase c) {
   return n + 1;
 }
 
-static size_t build_plan(struct mcase *out, const struct opts *o) {
-  static const size_t small_counts[] = {0, 1, 7, 1023, 65539};
+/* The roots every rooted case runs with: 0, n/2 and n-1 (distinct). */
+static int root_set(int nranks, int *roots) {
+  int k = 0;
+  const int cand[3] = {0, nranks / 2, nranks - 1};
+  for (int i = 0; i < 3; i++) {
+    int dup = 0;
+    for (int j = 0; j < k; j++) dup |= roots[j] == cand[i];
+    if (!dup) roots[k++] = cand[i];
+  }
+  return k;
+}
+
+static struct mcase mk(int coll, int dt, int op, int root, int ip, int cls, int al, int tier, size_t count) {
+  struct mcase c = {(unsigned char)coll, (unsigned char)dt,  (unsigned char)op,   (unsigned char)root,
+                    (unsigned char)ip,   (unsigned char)cls, (unsigned char)al, (unsigned char)tier, count};
+  return c;
+}
+
+/* Whether collective `coll` runs at all with `nranks` ranks. */
+static int coll_runs(int coll, int nranks) { return coll != C_PAIR || (nranks > 2 && nranks % 2 == 0); }
+
+static size_t plan_tier_s(struct mcase *out, size_t n, int coll, int dt, const int *roots, int nroots) {
+  static const size_t counts[] = {0, 1, 7, 1023, 65539};
+  for (int op = 0; op < (is_reduction(coll) ? CW_NOPS : 1); op++)
+    for (int ri = 0; ri < (has_root(coll) ? nroots : 1); ri++)
+      for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+        for (int ip = 0; ip < (has_in_place(coll) ? 2 : 1); ip++)
+          for (int cls = 0; cls < CW_NCLASSES; cls++)
+            for (int al = 0; al < (ip ? 2 : 3); al++) n = add(out, n, mk(coll, dt, op, roots[ri], ip, cls, al, T_S, counts[ci]));
+  return n;
+}
+
+static size_t plan_tier_q(struct mcase *out, size_t n, int coll, int dt, const int *roots, int nroots) {
+  static const size_t counts[] = {0, 7, 65539};
+  static const int ops[] = {symmSum, symmAvg};
+  /* {in place, class, alignment}: four out of place, then two in place. */
+  static const int place[6][3] = {{0, CW_STAGED, AL_ALIGNED},    {0, CW_REGISTERED, AL_BOTH},
+                                  {0, CW_SYMMETRIC, AL_ALIGNED}, {0, CW_SYMMETRIC, AL_SEND},
+                                  {1, CW_SYMMETRIC, AL_ALIGNED}, {1, CW_STAGED, AL_BOTH}};
+  if (dt != symmFloat8e4m3 && dt != symmBfloat16 && dt != symmInt32 && dt != symmFloat64) return n;
+  for (int oi = 0; oi < (is_reduction(coll) ? 2 : 1); oi++)
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
+      for (int v = 0; v < (has_in_place(coll) ? 6 : 4); v++)
+        n = add(out, n,
+                mk(coll, dt, ops[oi], has_root(coll) ? roots[v % nroots] : 0, place[v][0], place[v][1], place[v][2],
+                   T_Q, counts[ci]));
+  return n;
+}
+
+static size_t plan_tier_m(struct mcase *out, size_t n, int coll, int dt, const int *roots, int nroots) {
+  static const int ops[] = {symmSum, symmMax};
+  const size_t count = (size_t)4 << 20;
+  for (int oi = 0; oi < (is_reduction(coll) ? 2 : 1); oi++)
+    for (int ri = 0; ri < (has_root(coll) ? nroots : 1); ri++) {
+      const int root = roots[ri];
+      n = add(out, n, mk(coll, dt, ops[oi], root, has_in_place(coll), CW_STAGED, AL_BOTH, T_M, count));
+      n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_REGISTERED, AL_SEND, T_M, count));
+      n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, count));
+      /* Point-to-point moves 2 MiB chunks through two slots; 4 Mi
+       * elements is a whole number of chunks for every size, so also a
+       * count whose last chunk is short (the slot's split between the
+       * copying blocks differs for it). */
+      if (is_p2p(coll)) {
+        n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_STAGED, AL_BOTH, T_M, count + 4099));
+        n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, count + 4099));
+      }
+    }
+  return n;
+}
+
+static size_t plan_tier_l(struct mcase *out, size_t n, int coll, int dt) {
+  const size_t count = (size_t)256 << 20;
+  int op = -1;
+  if (coll == C_AR || coll == C_RS || coll == C_AG) {
+    if (dt == symmBfloat16 || dt == symmFloat32) op = symmSum;
+    if (dt == symmInt32) op = symmMax;
+  }
+  if (op >= 0) {
+    n = add(out, n, mk(coll, dt, op, 0, 0, CW_SYMMETRIC, AL_ALIGNED, T_L, count));
+    n = add(out, n, mk(coll, dt, op, 0, 1, CW_STAGED, AL_BOTH, T_L, count));
+  }
+  if (coll == C_AG && dt == symmFloat64) {
+    n = add(out, n, mk(coll, dt, 0, 0, 0, CW_SYMMETRIC, AL_ALIGNED, T_L, count));
+    n = add(out, n, mk(coll, dt, 0, 0, 0, CW_STAGED, AL_ALIGNED, T_L, count));
+  }
+  return n;
+}
+
+/* Every case, tier by tier (S, Q, M, L). */
+static size_t build_plan(struct mcase *out, const struct opts *o, int nranks) {
+  static const int order[NTIERS] = {T_S, T_Q, T_M, T_L};
+  int roots[3];
+  const int nroots = root_set(nranks, roots);
   size_t n = 0;
-  for (int coll = 0; coll < NCOLL; coll++) {
-    if (!o->colls[coll]) continue;
-    for (int dt = 0; dt < CW_NDTYPES; dt++) {
-      /* Tier S: the full product. */
-      if (o->tiers[0]) {
-        for (int op = 0; op < (is_reduction(coll) ? CW_NOPS : 1); op++)
-          for (int root = 0; root < (has_root(coll) ? 2 : 1); root++)
-            for (size_t ci = 0; ci < sizeof small_counts / sizeof small_counts[0]; ci++)
-              for (int ip = 0; ip < (has_in_place(coll) ? 2 : 1); ip++)
-                for (int cls = 0; cls < CW_NCLASSES; cls++)
-                  for (int al = 0; al < (ip ? 2 : 3); al++) {
-                    struct mcase c = {(unsigned char)coll, (unsigned char)dt, (unsigned char)op, (unsigned char)root,
-                                      (unsigned char)ip, (unsigned char)cls, (unsigned char)al, 0, small_counts[ci]};
-                    n = add(out, n, c);
-                  }
-      }
-      /* Tier M: 4 Mi, ops sum and max, three variants. */
-      if (o->tiers[1]) {
-        static const int ops[] = {symmSum, symmMax};
-        for (int oi = 0; oi < (is_reduction(coll) ? 2 : 1); oi++)
-          for (int root = 0; root < (has_root(coll) ? 2 : 1); root++) {
-            struct mcase c = {(unsigned char)coll, (unsigned char)dt, (unsigned char)ops[oi], (unsigned char)root,
-                              0, 0, 0, 1, (size_t)4 << 20};
-            c.cls = CW_STAGED;
-            c.inplace = (unsigned char)has_in_place(coll);
-            c.align = AL_BOTH;
-            n = add(out, n, c);
-            c.cls = CW_REGISTERED;
-            c.inplace = 0;
-            c.align = AL_SEND;
-            n = add(out, n, c);
-            c.cls = CW_SYMMETRIC;
-            c.align = AL_ALIGNED;
-            n = add(out, n, c);
-            /* Point-to-point moves 2 MiB chunks through two slots; 4 Mi
-             * elements is a whole number of chunks for every size, so also
-             * a count whose last chunk is short (the slot's split between
-             * the copying blocks differs for it). */
-            if (coll == C_SR || coll == C_SELF) {
-              c.count = ((size_t)4 << 20) + 4099;
-              c.cls = CW_STAGED;
-              c.align = AL_BOTH;
-              n = add(out, n, c);
-              c.cls = CW_SYMMETRIC;
-              c.align = AL_ALIGNED;
-              n = add(out, n, c);
-            }
-          }
-      }
-      /* Tier L: 256 Mi, a representative subset. */
-      if (o->tiers[2]) {
-        int op = -1;
-        if (coll == C_AR || coll == C_RS || coll == C_AG) {
-          if (dt == symmBfloat16 || dt == symmFloat32) op = symmSum;
-          if (dt == symmInt32) op = symmMax;
-        }
-        if (op >= 0) {
-          struct mcase c = {(unsigned char)coll, (unsigned char)dt, (unsigned char)op, 0, 0, CW_SYMMETRIC,
-                            AL_ALIGNED, 2, (size_t)256 << 20};
-          n = add(out, n, c);
-          c.cls = CW_STAGED;
-          c.inplace = 1;
-          c.align = AL_BOTH;
-          n = add(out, n, c);
-        }
-        if (coll == C_AG && dt == symmFloat64) {
-          struct mcase c = {(unsigned char)coll, (unsigned char)dt, 0, 0, 0, CW_SYMMETRIC, AL_ALIGNED, 2,
-                            (size_t)256 << 20};
-          n = add(out, n, c);
-          c.cls = CW_STAGED;
-          n = add(out, n, c);
-        }
+  for (int ti = 0; ti < NTIERS; ti++) {
+    const int t = order[ti];
+    if (!o->tiers[t]) continue;
+    for (int coll = 0; coll < NCOLL; coll++) {
+      if (!o->colls[coll] || !coll_runs(coll, nranks)) continue;
+      for (int dt = 0; dt < CW_NDTYPES; dt++) {
+        if (t == T_S) n = plan_tier_s(out, n, coll, dt, roots, nroots);
+        if (t == T_Q) n = plan_tier_q(out, n, coll, dt, roots, nroots);
+        if (t == T_M) n = plan_tier_m(out, n, coll, dt, roots, nroots);
+        if (t == T_L) n = plan_tier_l(out, n, coll, dt);
       }
     }
   }
@@ -213,7 +260,7 @@ static struct geom geometry(const struct mcase *k, int rank, int n) {
     g.in_dst = g.s_off;
     g.send_at = g.s_off;
     g.recv_at = g.r_off;
-    g.check_send = k->tier < 2;
+    g.check_send = k->tier != T_L;
     return g;
   }
   const size_t off = k->align == AL_BOTH ? es : 0;
@@ -258,7 +305,7 @@ static struct geom geometry(const struct mcase *k, int rank, int n) {
 static size_t r_window_bytes(const struct geom *g) { return g->r_off + g->r_elems * g->es + GUARD; }
 static size_t s_window_bytes(const struct geom *g) { return g->s_off + g->send_elems * g->es + GUARD; }
 
-/* ---- statistics (in the shared page: the parent prints them) ------------- */
+/* ---- statistics (in tw->user: the parent prints them) --------------------- */
 
 struct gstat {
   uint32_t runs, checks, failed;
@@ -266,12 +313,11 @@ struct gstat {
   double secs;
 };
 struct mstats {
-  int filled[CW_MAX_RANKS];
-  struct gstat g[CW_MAX_RANKS][NCOLL][CW_NDTYPES];
-  struct gstat tier[CW_MAX_RANKS][NTIERS];
+  int filled[TW_MAX_RANKS];
+  struct gstat g[TW_MAX_RANKS][NCOLL][CW_NDTYPES];
+  struct gstat tier[TW_MAX_RANKS][NTIERS];
   int dropped_l;
 };
-_Static_assert(sizeof(struct mstats) <= CW_USER_BYTES, "statistics do not fit the shared page");
 
 /* ---- the run --------------------------------------------------------------- */
 
@@ -303,7 +349,7 @@ static uint64_t expected_at(const struct check_ctx *x, size_t i, int *kind) {
   if (i >= g->out_lo && i < g->out_hi) {
     *kind = 2;
     const size_t kk = i - g->out_lo, c = g->c;
-    uint64_t vals[CW_MAX_RANKS];
+    uint64_t vals[TW_MAX_RANKS];
     switch (k->coll) {
       case C_AR:
       case C_RD:
@@ -315,7 +361,8 @@ static uint64_t expected_at(const struct check_ctx *x, size_t i, int *kind) {
       case C_AG: return cw_gen(dt, x->seed, (int)(kk / c), kk % c);
       case C_A2A: return cw_gen(dt, x->seed, (int)(kk / c), (size_t)x->rank * c + kk % c);
       case C_BC: return cw_gen(dt, x->seed, k->root, kk);
-      case C_SR: return cw_gen(dt, x->seed, (x->rank + 1) % x->n, kk);
+      case C_SR: return cw_gen(dt, x->seed, (x->rank + x->n - 1) % x->n, kk);
+      case C_PAIR: return cw_gen(dt, x->seed, x->rank ^ 1, kk);
       default: return cw_gen(dt, x->seed, x->rank, kk);
     }
   }
@@ -399,11 +446,11 @@ static void describe(const struct mcase *k, char *buf, size_t len) {
            k->count, k->inplace ? "in-place" : "out-of-place", cw_class_name[k->cls], align_name[k->align]);
 }
 
-static void report_failure(const struct cw_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report_failure(const struct cw_rank *r, const char *fmt, ...) {
+static void report_failure(const struct tw_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_failure(const struct tw_rank *r, const char *fmt, ...) {
   if (g_printed++ >= MAX_PRINTED) {
     if (g_printed == MAX_PRINTED + 1)
-      cw_log(NULL, "(more failures: only the first %d are printed; the summary counts all)", MAX_PRINTED);
+      tw_log(NULL, "(more failures: only the first %d are printed; the summary counts all)", MAX_PRINTED);
     tu_failures++;
     return;
   }
@@ -412,44 +459,51 @@ static void report_failure(const struct cw_rank *r, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(body, sizeof body, fmt, ap);
   va_end(ap);
-  cw_fail_at(__FILE__, __LINE__, r, "%s", body);
+  tw_fail_at(__FILE__, __LINE__, r, "%s", body);
 }
 
 struct world_bufs {
   struct cw_buf R[CW_NCLASSES], S[CW_NCLASSES];
-  struct rank_state st[CW_MAX_RANKS];
+  struct rank_state st[TW_MAX_RANKS];
 };
 
-static void enqueue_call(struct cw *w, const struct mcase *k, const struct geom *gs, const struct world_bufs *b,
+static void enqueue_call(struct tw *w, const struct mcase *k, const struct geom *gs, const struct world_bufs *b,
                          const char *desc) {
   const symmDataType_t dt = (symmDataType_t)k->dt;
-  if (k->coll == C_SR || k->coll == C_SELF) {
+  if (is_p2p(k->coll)) {
     symmResult_t rc = symmGroupStart();
     REQUIRE(rc == symmSuccess, "symmGroupStart: %s", tu_result_name(rc));
     for (int i = 0; i < w->nlocal; i++) {
-      struct cw_rank *r = &w->r[i];
+      struct tw_rank *r = &w->r[i];
       const struct geom *g = &gs[i];
       void *sp = (void *)(uintptr_t)(b->S[k->cls].p[i] + g->send_at);
       void *rp = (void *)(uintptr_t)(b->R[k->cls].p[i] + g->recv_at);
-      int peer = k->coll == C_SELF ? r->rank : (r->rank + 1) % w->nranks;
-      /* Rank 0 posts its send first, rank 1 its receive: order inside a
-       * group must not matter. */
-      if (r->rank == 0) {
-        CW_REQUIRE(r, CW_SYMM(r, symmSend(sp, k->count, dt, peer, r->comm, r->stream)), "%s", desc);
-        CW_REQUIRE(r, CW_SYMM(r, symmRecv(rp, k->count, dt, peer, r->comm, r->stream)), "%s", desc);
+      const int n = w->nranks;
+      int to = r->rank, from = r->rank; /* C_SELF */
+      if (k->coll == C_SR) {
+        to = (r->rank + 1) % n;
+        from = (r->rank + n - 1) % n;
+      } else if (k->coll == C_PAIR) {
+        to = from = r->rank ^ 1;
+      }
+      /* Even ranks post their send first, odd ranks their receive: order
+       * inside a group must not matter. */
+      if (r->rank % 2 == 0) {
+        TW_REQUIRE(r, TW_SYMM(r, symmSend(sp, k->count, dt, to, r->comm, r->stream)), "%s", desc);
+        TW_REQUIRE(r, TW_SYMM(r, symmRecv(rp, k->count, dt, from, r->comm, r->stream)), "%s", desc);
       } else {
-        CW_REQUIRE(r, CW_SYMM(r, symmRecv(rp, k->count, dt, peer, r->comm, r->stream)), "%s", desc);
-        CW_REQUIRE(r, CW_SYMM(r, symmSend(sp, k->count, dt, peer, r->comm, r->stream)), "%s", desc);
+        TW_REQUIRE(r, TW_SYMM(r, symmRecv(rp, k->count, dt, from, r->comm, r->stream)), "%s", desc);
+        TW_REQUIRE(r, TW_SYMM(r, symmSend(sp, k->count, dt, to, r->comm, r->stream)), "%s", desc);
       }
     }
     rc = symmGroupEnd();
     for (int i = 0; i < w->nlocal; i++)
-      CW_REQUIRE(&w->r[i], rc == symmSuccess, "symmGroupEnd: %s (%s) [%s]", tu_result_name(rc),
+      TW_REQUIRE(&w->r[i], rc == symmSuccess, "symmGroupEnd: %s (%s) [%s]", tu_result_name(rc),
                  symmGetLastError(w->r[i].comm), desc);
     return;
   }
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     const struct geom *g = &gs[i];
     CUdeviceptr base = k->inplace ? b->R[k->cls].p[i] : b->S[k->cls].p[i];
     const void *sp = (const void *)(uintptr_t)(base + g->send_at);
@@ -467,15 +521,15 @@ static void enqueue_call(struct cw *w, const struct mcase *k, const struct geom 
     if (rc != symmSuccess) {
       char m[1024];
       const char *msg = tu_last_error(r->comm, m, sizeof m);
-      cw_fail_at(__FILE__, __LINE__, r, "%s: the call returned %s: %s", desc, tu_result_name(rc),
+      tw_fail_at(__FILE__, __LINE__, r, "%s: the call returned %s: %s", desc, tu_result_name(rc),
                  msg ? msg : "(NULL)");
-      tu_exit_now(); /* the other rank is now waiting for a collective that will not come */
+      tu_exit_now(); /* the other ranks now wait for a collective that will not come */
     }
   }
 }
 
 /* One case, one rep, on every local rank. */
-static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, size_t idx, int rep,
+static void run_case(struct tw *w, struct world_bufs *b, const struct mcase *k, size_t idx, int rep,
                      struct mstats *ms) {
   const double t0 = tu_now();
   const uint64_t seed = cw_mix64(g_seed ^ cw_mix64(idx * 2 + (uint64_t)rep));
@@ -484,34 +538,34 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
   describe(k, desc, sizeof desc);
   char full[320];
   snprintf(full, sizeof full, "%s rep %d", desc, rep);
-  cw_phase("case #%zu: %s", idx, full);
-  struct geom gs[CW_MAX_RANKS];
+  tw_phase("case #%zu: %s", idx, full);
+  struct geom gs[TW_MAX_RANKS];
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     struct geom *g = &gs[i];
     *g = geometry(k, r->rank, w->nranks);
     size_t in_elems = k->inplace ? g->in_hi - g->in_lo : g->send_elems;
     struct fill_ctx f = {k->dt, r->rank, (int)g->es, seed, b->st[i].in.p};
     cw_par_for(in_elems, fill_range, &f);
-    cw_use(r);
-    CW_CU(cw_cu.cuMemsetD8Async(b->R[k->cls].p[i], pr, r_window_bytes(g), r->stream));
-    if (!k->inplace) CW_CU(cw_cu.cuMemsetD8Async(b->S[k->cls].p[i], ps, s_window_bytes(g), r->stream));
+    tw_use(r);
+    TW_CU(cw_cu.cuMemsetD8Async(b->R[k->cls].p[i], pr, r_window_bytes(g), r->stream));
+    if (!k->inplace) TW_CU(cw_cu.cuMemsetD8Async(b->S[k->cls].p[i], ps, s_window_bytes(g), r->stream));
     CUdeviceptr dst = (k->inplace ? b->R[k->cls].p[i] : b->S[k->cls].p[i]) + g->in_dst;
-    if (in_elems) CW_CU(cw_cu.cuMemcpyHtoDAsync(dst, b->st[i].in.p, in_elems * g->es, r->stream));
+    if (in_elems) TW_CU(cw_cu.cuMemcpyHtoDAsync(dst, b->st[i].in.p, in_elems * g->es, r->stream));
   }
   enqueue_call(w, k, gs, b, full);
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     const struct geom *g = &gs[i];
-    cw_use(r);
-    CW_CU(cw_cu.cuMemcpyDtoHAsync(b->st[i].out_r.p, b->R[k->cls].p[i], r_window_bytes(g), r->stream));
+    tw_use(r);
+    TW_CU(cw_cu.cuMemcpyDtoHAsync(b->st[i].out_r.p, b->R[k->cls].p[i], r_window_bytes(g), r->stream));
     if (g->check_send)
-      CW_CU(cw_cu.cuMemcpyDtoHAsync(b->st[i].out_s.p, b->S[k->cls].p[i], s_window_bytes(g), r->stream));
+      TW_CU(cw_cu.cuMemcpyDtoHAsync(b->st[i].out_s.p, b->S[k->cls].p[i], s_window_bytes(g), r->stream));
   }
-  for (int i = 0; i < w->nlocal; i++) cw_stream_wait(&w->r[i], w->r[i].stream, 180, full);
+  for (int i = 0; i < w->nlocal; i++) tw_stream_wait_on(&w->r[i], w->r[i].stream, 180, full);
 
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     const struct geom *g = &gs[i];
     const unsigned char *hr = b->st[i].out_r.p;
     int failed = 0;
@@ -531,7 +585,7 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
     uint64_t poison = 0;
     memset(&poison, pr, (size_t)g->es);
     struct check_ctx *x = calloc(1, sizeof *x);
-    CW_REQUIRE(r, x != NULL, "out of host memory");
+    TW_REQUIRE(r, x != NULL, "out of host memory");
     *x = (struct check_ctx){k, g, r->rank, w->nranks, seed, poison, hr + g->r_off, {{0}}};
     cw_par_for(g->r_elems, check_range, x);
     struct check_res m = merge(x);
@@ -562,7 +616,7 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
         failed = 1;
       } else if (g_printed < MAX_PRINTED) {
         g_printed++;
-        cw_log(w, "NOTE %s rank %d: %zu elements within tolerance but not bit-identical to the RNE model; first %zu: "
+        tw_log(w, "NOTE %s rank %d: %zu elements within tolerance but not bit-identical to the RNE model; first %zu: "
                "got %s, expected %s", full, r->rank, m.inexact, m.first_inexact,
                cw_render(k->dt, got, gb, sizeof gb), cw_render(k->dt, exp, eb, sizeof eb));
       }
@@ -582,7 +636,7 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
         }
       }
       struct send_ctx *s = calloc(1, sizeof *s);
-      CW_REQUIRE(r, s != NULL, "out of host memory");
+      TW_REQUIRE(r, s != NULL, "out of host memory");
       s->dt = k->dt;
       s->rank = r->rank;
       s->es = (int)g->es;
@@ -603,7 +657,7 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
       }
       free(s);
     }
-    int slot = w->mode == CW_MP ? r->rank : 0;
+    int slot = w->mode == TW_MP ? r->rank : 0;
     struct gstat *gst = &ms->g[slot][k->coll][k->dt];
     struct gstat *tst = &ms->tier[slot][k->tier];
     gst->checks++;
@@ -615,9 +669,9 @@ static void run_case(struct cw *w, struct world_bufs *b, const struct mcase *k, 
       tst->failed++;
     }
   }
-  cw_check_async(w, full);
+  tw_check_async(w, full);
   const double dt_s = tu_now() - t0;
-  int slot = w->mode == CW_MP ? w->r[0].rank : 0;
+  int slot = w->mode == TW_MP ? w->r[0].rank : 0;
   ms->g[slot][k->coll][k->dt].runs++;
   ms->g[slot][k->coll][k->dt].secs += dt_s;
   ms->tier[slot][k->tier].runs++;
@@ -648,9 +702,9 @@ static void neighbours(float *xs, size_t *n, size_t cap, int dt, uint32_t h, uin
   push(xs, n, cap, nextafterf(mid, -INFINITY));
 }
 
-static void model_selfcheck(struct cw *w) {
-  struct cw_rank *r = &w->r[0];
-  cw_phase("host model self-check");
+static void model_selfcheck(struct tw *w) {
+  struct tw_rank *r = &w->r[0];
+  tw_phase("host model self-check");
   const size_t cap = (size_t)1 << 20;
   float *xs = malloc(cap * sizeof *xs);
   REQUIRE(xs != NULL, "out of host memory");
@@ -681,36 +735,36 @@ static void model_selfcheck(struct cw *w) {
   push(xs, &n, cap, 0.0f);
   push(xs, &n, cap, -0.0f);
 
-  CUmodule m = cw_load_module(r, COLL_KERNELS_FATBIN);
-  CUfunction conv = cw_function(r, m, "cm_convert"), dec = cw_function(r, m, "cm_decode");
-  cw_use(r);
+  CUmodule m = tw_load_module(r, COLL_KERNELS_FATBIN, "COLL_TEST_KERNELS");
+  CUfunction conv = tw_function(r, m, "cm_convert"), dec = tw_function(r, m, "cm_decode");
+  tw_use(r);
   CUdeviceptr din, d16, db16, d43, d52, df16, dd43, dd52;
-  CW_CU(tu_cu.cuMemAlloc(&din, n * 4));
-  CW_CU(tu_cu.cuMemAlloc(&d16, n * 2));
-  CW_CU(tu_cu.cuMemAlloc(&db16, n * 2));
-  CW_CU(tu_cu.cuMemAlloc(&d43, n));
-  CW_CU(tu_cu.cuMemAlloc(&d52, n));
-  CW_CU(tu_cu.cuMemAlloc(&df16, 65536 * 4));
-  CW_CU(tu_cu.cuMemAlloc(&dd43, 256 * 4));
-  CW_CU(tu_cu.cuMemAlloc(&dd52, 256 * 4));
-  CW_CU(cw_cu.cuMemcpyHtoDAsync(din, xs, n * 4, r->stream));
+  TW_CU(tu_cu.cuMemAlloc(&din, n * 4));
+  TW_CU(tu_cu.cuMemAlloc(&d16, n * 2));
+  TW_CU(tu_cu.cuMemAlloc(&db16, n * 2));
+  TW_CU(tu_cu.cuMemAlloc(&d43, n));
+  TW_CU(tu_cu.cuMemAlloc(&d52, n));
+  TW_CU(tu_cu.cuMemAlloc(&df16, 65536 * 4));
+  TW_CU(tu_cu.cuMemAlloc(&dd43, 256 * 4));
+  TW_CU(tu_cu.cuMemAlloc(&dd52, 256 * 4));
+  TW_CU(cw_cu.cuMemcpyHtoDAsync(din, xs, n * 4, r->stream));
   uint64_t nn = n;
   void *p1[] = {&din, &nn, &d16, &db16, &d43, &d52};
-  CW_CU(tu_cu.cuLaunchKernel(conv, 1024, 1, 1, 256, 1, 1, 0, r->stream, p1, NULL));
+  TW_CU(tu_cu.cuLaunchKernel(conv, 1024, 1, 1, 256, 1, 1, 0, r->stream, p1, NULL));
   void *p2[] = {&df16, &dd43, &dd52};
-  CW_CU(tu_cu.cuLaunchKernel(dec, 256, 1, 1, 256, 1, 1, 0, r->stream, p2, NULL));
-  cw_stream_wait(r, r->stream, 60, "conversion kernels");
+  TW_CU(tu_cu.cuLaunchKernel(dec, 256, 1, 1, 256, 1, 1, 0, r->stream, p2, NULL));
+  tw_stream_wait_on(r, r->stream, 60, "conversion kernels");
   uint16_t *h16 = malloc(n * 2), *hb16 = malloc(n * 2);
   uint8_t *h43 = malloc(n), *h52 = malloc(n);
   float *f16 = malloc(65536 * 4), f43[256], f52[256];
   REQUIRE(h16 && hb16 && h43 && h52 && f16, "out of host memory");
-  CW_CU(tu_cu.cuMemcpyDtoH(h16, d16, n * 2));
-  CW_CU(tu_cu.cuMemcpyDtoH(hb16, db16, n * 2));
-  CW_CU(tu_cu.cuMemcpyDtoH(h43, d43, n));
-  CW_CU(tu_cu.cuMemcpyDtoH(h52, d52, n));
-  CW_CU(tu_cu.cuMemcpyDtoH(f16, df16, 65536 * 4));
-  CW_CU(tu_cu.cuMemcpyDtoH(f43, dd43, sizeof f43));
-  CW_CU(tu_cu.cuMemcpyDtoH(f52, dd52, sizeof f52));
+  TW_CU(tu_cu.cuMemcpyDtoH(h16, d16, n * 2));
+  TW_CU(tu_cu.cuMemcpyDtoH(hb16, db16, n * 2));
+  TW_CU(tu_cu.cuMemcpyDtoH(h43, d43, n));
+  TW_CU(tu_cu.cuMemcpyDtoH(h52, d52, n));
+  TW_CU(tu_cu.cuMemcpyDtoH(f16, df16, 65536 * 4));
+  TW_CU(tu_cu.cuMemcpyDtoH(f43, dd43, sizeof f43));
+  TW_CU(tu_cu.cuMemcpyDtoH(f52, dd52, sizeof f52));
   const char *names[4] = {"float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
   size_t bad[4] = {0, 0, 0, 0};
   for (size_t i = 0; i < n; i++) {
@@ -719,7 +773,7 @@ static void model_selfcheck(struct cw *w) {
     uint32_t dev[4] = {h16[i], hb16[i], h43[i], h52[i]};
     for (int f = 0; f < 4; f++)
       if (host[f] != dev[f] && bad[f]++ < 3)
-        cw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model, not the library): %s(%a = %.9g): CUDA gives 0x%x, "
+        tw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model, not the library): %s(%a = %.9g): CUDA gives 0x%x, "
                    "the host model 0x%x", names[f], (double)xs[i], (double)xs[i], dev[f], host[f]);
   }
   size_t dbad = 0;
@@ -727,28 +781,28 @@ static void model_selfcheck(struct cw *w) {
     float a = cw_f16_to_float(h);
     if (isnan(a) ? !isnan(f16[h]) : (a != f16[h] || signbit(a) != signbit(f16[h])))
       if (dbad++ < 3)
-        cw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): fp16 0x%04x decodes to %a on CUDA, %a here", h,
+        tw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): fp16 0x%04x decodes to %a on CUDA, %a here", h,
                    (double)f16[h], (double)a);
   }
   for (uint32_t h = 0; h < 256; h++) {
     float a = cw_e4m3_to_float(h), b = cw_e5m2_to_float(h);
     if (isnan(a) ? !isnan(f43[h]) : (a != f43[h] || signbit(a) != signbit(f43[h])))
       if (dbad++ < 6)
-        cw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): e4m3 0x%02x decodes to %a on CUDA, %a here", h,
+        tw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): e4m3 0x%02x decodes to %a on CUDA, %a here", h,
                    (double)f43[h], (double)a);
     if (isnan(b) ? !isnan(f52[h]) : (b != f52[h] || signbit(b) != signbit(f52[h])))
       if (dbad++ < 6)
-        cw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): e5m2 0x%02x decodes to %a on CUDA, %a here", h,
+        tw_fail_at(__FILE__, __LINE__, r, "TEST BUG (host model): e5m2 0x%02x decodes to %a on CUDA, %a here", h,
                    (double)f52[h], (double)b);
   }
   g_model_ok = !bad[0] && !bad[1] && !bad[2] && !bad[3] && !dbad;
-  if (w->mode != CW_MP || r->rank == 0)
-    cw_log(w, "host model self-check: %zu floats x 4 conversions and every fp16/fp8 decode vs CUDA: %s "
+  if (w->lead)
+    tw_log(w, "host model self-check: %zu floats x 4 conversions and every fp16/fp8 decode vs CUDA: %s "
            "(mismatches f16 %zu, bf16 %zu, e4m3 %zu, e5m2 %zu, decode %zu)",
            n, g_model_ok ? "agree" : "DISAGREE (test bug)", bad[0], bad[1], bad[2], bad[3], dbad);
   CUdeviceptr all[] = {din, d16, db16, d43, d52, df16, dd43, dd52};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CW_CU(tu_cu.cuMemFree(all[i]));
-  CW_CU(tu_cu.cuModuleUnload(m));
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) TW_CU(tu_cu.cuMemFree(all[i]));
+  TW_CU(tu_cu.cuModuleUnload(m));
   free(xs);
   free(h16);
   free(hb16);
@@ -788,55 +842,61 @@ static size_t device_bytes(const struct sizes *z) {
   return t;
 }
 
-static void body(struct cw *w, void *ctx) {
+static void body(struct tw *w, void *ctx) {
   (void)ctx;
-  struct mstats *ms = (struct mstats *)(void *)w->sh->user;
-  const int lead = w->mode != CW_MP || w->r[0].rank == 0;
+  struct mstats *ms = (struct mstats *)(void *)w->user;
+  const int lead = w->lead;
   struct opts o = g_opts;
-  size_t n = build_plan(NULL, &o);
+  size_t n = build_plan(NULL, &o, w->nranks);
   struct mcase *plan = malloc((n ? n : 1) * sizeof *plan);
   REQUIRE(plan != NULL, "out of host memory");
-  build_plan(plan, &o);
+  build_plan(plan, &o, w->nranks);
   struct sizes z = plan_sizes(plan, n, w->nranks);
 
   /* Tier L needs tens of GiB per GPU: drop it (everywhere alike) if any
-   * GPU lacks the memory. */
-  uint64_t free_mem[CW_MAX_RANKS];
+   * GPU lacks the memory for every rank it holds. */
+  const uint64_t per_gpu = (uint64_t)((w->nranks + w->ngpus - 1) / w->ngpus);
+  uint64_t free_mem[TW_MAX_RANKS];
   for (int i = 0; i < w->nlocal; i++) {
     size_t fr = 0, total = 0;
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuMemGetInfo(&fr, &total));
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuMemGetInfo(&fr, &total));
     free_mem[i] = fr;
   }
-  const uint64_t min_free = cw_min_u64(w, free_mem);
+  const uint64_t min_free = tw_min_u64(w, free_mem);
   const uint64_t margin = (uint64_t)3 << 30; /* library scratch, contexts, headroom */
-  if (o.tiers[2] && device_bytes(&z) + margin > min_free) {
+  if (o.tiers[T_L] && (device_bytes(&z) + margin) * per_gpu > min_free) {
     if (lead)
-      cw_log(w, "CAPPED: tier L dropped: it needs %.1f GiB per GPU (+%.0f GiB headroom), the emptiest GPU has %.1f GiB "
-             "free", device_bytes(&z) / 1073741824.0, margin / 1073741824.0, min_free / 1073741824.0);
-    o.tiers[2] = 0;
+      tw_log(w, "CAPPED: tier L dropped: it needs %.1f GiB per rank (+%.0f GiB headroom) x %d rank(s) per GPU, the "
+             "emptiest GPU has %.1f GiB free", device_bytes(&z) / 1073741824.0, margin / 1073741824.0, (int)per_gpu,
+             min_free / 1073741824.0);
+    o.tiers[T_L] = 0;
     ms->dropped_l = 1;
-    n = build_plan(plan, &o);
+    n = build_plan(plan, &o, w->nranks);
     z = plan_sizes(plan, n, w->nranks);
   }
   size_t per_tier[NTIERS] = {0};
   for (size_t i = 0; i < n; i++) per_tier[plan[i].tier]++;
   if (lead) {
-    cw_log(w, "seed 0x%llx (rerun with COLL_SEED=0x%llx); %d reps per case; %d host threads per process; %s",
+    tw_log(w, "seed 0x%llx (rerun with COLL_SEED=0x%llx); %d reps per case; %d host threads per process; %s",
            (unsigned long long)g_seed, (unsigned long long)g_seed, o.reps, cw_threads(),
            o.exact ? "floats must be bit-identical (COLL_EXACT=1)" : "floats within tolerance pass");
-    cw_log(w, "plan: tier S (counts 0,1,7,1023,65539; full product): %zu cases; tier M (4 Mi; sum/max, 3 variants; "
-           "p2p also 4 Mi+4099): "
-           "%zu cases; tier L (256 Mi subset): %zu cases; each case x %d reps",
-           per_tier[0], per_tier[1], per_tier[2], o.reps);
-    cw_log(w, "device memory per GPU: %.2f GiB of test buffers (staged %.2f+%.2f, registered %.2f+%.2f, symmetric "
+    char roots[32] = "";
+    int rs[3];
+    for (int k = 0, nr = root_set(w->nranks, rs); k < nr; k++)
+      snprintf(roots + strlen(roots), sizeof roots - strlen(roots), "%s%d", k ? "," : "", rs[k]);
+    tw_log(w, "plan over %d ranks (roots %s): tier S (counts 0,1,7,1023,65539; full product): %zu cases; tier Q "
+           "(quick subset): %zu cases; tier M (4 Mi; sum/max, 3 variants; p2p also 4 Mi+4099): %zu cases; tier L "
+           "(256 Mi subset): %zu cases; each case x %d reps",
+           w->nranks, roots, per_tier[T_S], per_tier[T_Q], per_tier[T_M], per_tier[T_L], o.reps);
+    tw_log(w, "device memory per GPU: %.2f GiB of test buffers (staged %.2f+%.2f, registered %.2f+%.2f, symmetric "
            "%.2f+%.2f GiB recv+send); %.1f GiB free", device_bytes(&z) / 1073741824.0, z.r[0] / 1073741824.0,
            z.s[0] / 1073741824.0, z.r[1] / 1073741824.0, z.s[1] / 1073741824.0, z.r[2] / 1073741824.0,
            z.s[2] / 1073741824.0, min_free / 1073741824.0);
   }
 
   model_selfcheck(w);
-  if (cw_init_comms(w) != symmSuccess) {
+  if (tw_init_comms(w) != symmSuccess) {
     free(plan);
     return;
   }
@@ -847,30 +907,30 @@ static void body(struct cw *w, void *ctx) {
     if (z.s[c]) cw_buf_alloc(w, &b->S[c], (enum cw_class)c, z.s[c]);
   }
   for (int i = 0; i < w->nlocal; i++) {
-    cw_phase("allocating host buffers");
+    tw_phase("allocating host buffers");
     cw_host_alloc(&w->r[i], &b->st[i].in, z.in);
     cw_host_alloc(&w->r[i], &b->st[i].out_r, z.out_r);
     cw_host_alloc(&w->r[i], &b->st[i].out_s, z.out_s);
   }
-  ms->filled[w->mode == CW_MP ? w->r[0].rank : 0] = 1;
+  ms->filled[w->mode == TW_MP ? w->r[0].rank : 0] = 1;
 
   int last_tier = -1;
   double tier_t0 = tu_now();
   for (size_t idx = 0; idx < n; idx++) {
     if (plan[idx].tier != last_tier) {
       if (lead && last_tier >= 0)
-        cw_log(w, "tier %c done in %.1f s", tier_char[last_tier], tu_now() - tier_t0);
+        tw_log(w, "tier %c done in %.1f s", tier_char[last_tier], tu_now() - tier_t0);
       last_tier = plan[idx].tier;
       tier_t0 = tu_now();
     }
     for (int rep = 0; rep < o.reps; rep++) run_case(w, b, &plan[idx], idx, rep, ms);
     if (lead && (idx + 1) % 5000 == 0)
-      cw_log(w, "progress: %zu of %zu cases (%.1f s into tier %c)", idx + 1, n, tu_now() - tier_t0,
+      tw_log(w, "progress: %zu of %zu cases (%.1f s into tier %c)", idx + 1, n, tu_now() - tier_t0,
              tier_char[last_tier]);
   }
 
-  if (lead && last_tier >= 0) cw_log(w, "tier %c done in %.1f s", tier_char[last_tier], tu_now() - tier_t0);
-  cw_phase("freeing buffers");
+  if (lead && last_tier >= 0) tw_log(w, "tier %c done in %.1f s", tier_char[last_tier], tu_now() - tier_t0);
+  tw_phase("freeing buffers");
   for (int c = 0; c < CW_NCLASSES; c++) {
     cw_buf_free(w, &b->R[c]);
     cw_buf_free(w, &b->S[c]);
@@ -882,7 +942,7 @@ static void body(struct cw *w, void *ctx) {
   }
   free(b);
   free(plan);
-  cw_destroy_comms(w);
+  tw_destroy_comms(w);
 }
 
 static void add_stat(struct gstat *sum, const struct gstat *s, int first) {
@@ -893,13 +953,13 @@ static void add_stat(struct gstat *sum, const struct gstat *s, int first) {
   if (s->secs > sum->secs) sum->secs = s->secs;
 }
 
-static void report(struct cw *w, void *ctx) {
+static void report(struct tw *w, void *ctx) {
   (void)ctx;
-  const struct mstats *ms = (const struct mstats *)(const void *)w->sh->user;
-  const int slots = w->mode == CW_MP ? w->nranks : 1;
-  const char *mode = w->mode == CW_MP ? "mp" : "all";
-  printf("\n%s %s summary (seed 0x%llx, %d reps per case)%s\n", w->name, mode, (unsigned long long)g_seed,
-         g_opts.reps, ms->dropped_l ? " [tier L dropped: not enough GPU memory]" : "");
+  const struct mstats *ms = (const struct mstats *)(const void *)w->user;
+  const int slots = w->mode == TW_MP ? w->nranks : 1;
+  const char *mode = w->mode == TW_MP ? "mp" : "all";
+  printf("\n%s %s n%d summary (seed 0x%llx, %d reps per case)%s\n", w->name, mode, w->nranks,
+         (unsigned long long)g_seed, g_opts.reps, ms->dropped_l ? " [tier L dropped: not enough GPU memory]" : "");
   printf("  %-14s %-9s %7s %8s %7s %8s %9s\n", "collective", "dtype", "runs", "checks", "failed", "inexact", "time(s)");
   struct gstat total = {0, 0, 0, 0, 0};
   for (int c = 0; c < NCOLL; c++) {
@@ -943,26 +1003,48 @@ static int parse_list(const char *arg, const char *const *names, int count, int 
   return 0;
 }
 
+/* --tiers=: a set of tier letters (S, M, L, Q). */
+static int parse_tiers(const char *arg, int *tiers) {
+  for (int t = 0; t < NTIERS; t++) tiers[t] = strchr(arg, tier_char[t]) != NULL;
+  for (const char *p = arg; *p; p++)
+    if (!strchr("SMLQ", *p)) return -1;
+  return 0;
+}
+
+static const char *g_env_tiers; /* SYMM_TEST_TIERS: wins over --tiers */
+
+static int option(const char *arg, void *ctx) {
+  (void)ctx;
+  if (strncmp(arg, "--tiers=", 8) == 0) {
+    if (!g_env_tiers)
+      REQUIRE(parse_tiers(arg + 8, g_opts.tiers) == 0, "--tiers: \"%s\" is not a set of S, M, L, Q", arg + 8);
+  } else if (strncmp(arg, "--colls=", 8) == 0) {
+    REQUIRE(parse_list(arg + 8, coll_name, NCOLL, g_opts.colls) == 0,
+            "--colls: unknown collective in \"%s\" (allreduce, allgather, reducescatter, broadcast, reduce, "
+            "alltoall, sendrecv, sendrecv_pair, self_sendrecv)", arg + 8);
+  } else if (strncmp(arg, "--reps=", 7) == 0) {
+    g_opts.reps = atoi(arg + 7);
+    REQUIRE(g_opts.reps >= 1 && g_opts.reps <= 100, "--reps must be 1..100");
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  for (int t = 0; t < NTIERS; t++) g_opts.tiers[t] = 1;
+  g_opts.tiers[T_S] = g_opts.tiers[T_M] = g_opts.tiers[T_L] = 1; /* default: SML */
   for (int c = 0; c < NCOLL; c++) g_opts.colls[c] = 1;
   g_opts.reps = 2;
   const char *ex = getenv("COLL_EXACT");
   g_opts.exact = ex && ex[0] && strcmp(ex, "0") != 0;
-  for (int i = 2; i < argc; i++) {
-    if (strncmp(argv[i], "--tiers=", 8) == 0) {
-      for (int t = 0; t < NTIERS; t++) g_opts.tiers[t] = strchr(argv[i] + 8, tier_char[t]) != NULL;
-    } else if (strncmp(argv[i], "--colls=", 8) == 0) {
-      REQUIRE(parse_list(argv[i] + 8, coll_name, NCOLL, g_opts.colls) == 0,
-              "--colls: unknown collective in \"%s\" (allreduce, allgather, reducescatter, broadcast, reduce, "
-              "alltoall, sendrecv, self_sendrecv)", argv[i] + 8);
-    } else if (strncmp(argv[i], "--reps=", 7) == 0) {
-      g_opts.reps = atoi(argv[i] + 7);
-      REQUIRE(g_opts.reps >= 1 && g_opts.reps <= 100, "--reps must be 1..100");
-    } else {
-      REQUIRE(0, "unknown option %s (usage: coll_matrix <mp|all> [--tiers=SML] [--colls=a,b] [--reps=N])", argv[i]);
-    }
+  const char *et = getenv("SYMM_TEST_TIERS");
+  if (et && et[0]) {
+    REQUIRE(parse_tiers(et, g_opts.tiers) == 0, "SYMM_TEST_TIERS: \"%s\" is not a set of S, M, L, Q", et);
+    g_env_tiers = et;
   }
   g_seed = cw_pick_seed();
-  return cw_main("coll_matrix", "mp,all", argc, argv, 1500, body, report, NULL);
+  static const struct tw_spec spec = {.name = "coll_matrix", .modes = "mp,all",
+      .usage = "[--tiers=SMLQ] [--colls=a,b] [--reps=N]", .limit_s = 1500, .user_bytes = sizeof(struct mstats),
+      .option = option, .process_init = cw_process_init, .body = body, .report = report};
+  return tw_main(&spec, argc, argv);
 }

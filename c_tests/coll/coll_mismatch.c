@@ -1,13 +1,15 @@
 /*
- * coll_mismatch <mp|all> <count|token>
+ * coll_mismatch <mp|all> [--nranks=N] <count|token>
  *
  * Ranks that disagree about a collective must get an asynchronous error,
  * not corrupted data or a hang. Each sub-case uses a fresh communicator
- * (after an asynchronous error a communicator must be destroyed): both
- * ranks enqueue their (mismatched) call, then poll symmCommGetAsyncError
- * until it reports something. Required on every rank: symmInvalidUsage
- * within 5 s (SYMM_TIMEOUT is 20 s, so a mismatch that goes unnoticed shows
- * up as symmTimeout after 20 s, not as a hang), a message naming the
+ * (after an asynchronous error a communicator must be destroyed): every
+ * rank enqueues its call (rank 0 one side of the disagreement, every other
+ * rank the other side, called "rank 1" below), then polls
+ * symmCommGetAsyncError until it reports something. Required on every
+ * rank: symmInvalidUsage within 5 s (15 s with shared devices; SYMM_TIMEOUT
+ * is 20 s, so a mismatch that goes unnoticed shows up as symmTimeout, not
+ * as a hang), a message naming the
  * problem in symmGetLastError, the stream idle afterwards (the kernels
  * stop), the receive buffer still all poison (no block touched data), and
  * symmCommDestroy succeeding.
@@ -52,7 +54,7 @@ struct scase {
   const char *keyword;
 };
 
-static symmResult_t issue(const struct side *sd, const void *send, void *recv, const struct cw_rank *r) {
+static symmResult_t issue(const struct side *sd, const void *send, void *recv, const struct tw_rank *r) {
   const symmDataType_t dt = (symmDataType_t)sd->dt;
   const symmRedOp_t op = (symmRedOp_t)sd->op;
   switch (sd->kind) {
@@ -65,11 +67,11 @@ static symmResult_t issue(const struct side *sd, const void *send, void *recv, c
   }
 }
 
-static void run_case(struct cw *w, const struct scase *sc) {
-  cw_phase("%s", sc->name);
+static void run_case(struct tw *w, const struct scase *sc) {
+  tw_phase("%s", sc->name);
   g_cases++;
   int failed = 0;
-  if (cw_init_comms(w) != symmSuccess) tu_exit_now();
+  if (tw_init_comms(w) != symmSuccess) tu_exit_now();
   /* Buffers of every class (collective calls on every rank), the send data,
    * and a poisoned plain receive buffer. */
   struct cw_buf bufs[CW_NCLASSES], recv;
@@ -78,31 +80,36 @@ static void run_case(struct cw *w, const struct scase *sc) {
   static uint32_t host[BYTES / 4];
   for (size_t j = 0; j < BYTES / 4; j++) host[j] = (uint32_t)j * 2654435761u;
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
+    tw_use(&w->r[i]);
     for (int c = 0; c < CW_NCLASSES; c++)
-      CW_CU(cw_cu.cuMemcpyHtoDAsync(bufs[c].p[i], host, BYTES, w->r[i].stream));
-    CW_CU(cw_cu.cuMemsetD8Async(recv.p[i], 0xa5, BYTES, w->r[i].stream));
+      TW_CU(cw_cu.cuMemcpyHtoDAsync(bufs[c].p[i], host, BYTES, w->r[i].stream));
+    TW_CU(cw_cu.cuMemsetD8Async(recv.p[i], 0xa5, BYTES, w->r[i].stream));
   }
-  cw_sync_all(w, 60, "set-up");
+  tw_sync_all(w, 60, "set-up");
 
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    const struct side *sd = &sc->s[r->rank];
+    struct tw_rank *r = &w->r[i];
+    const struct side *sd = &sc->s[r->rank == 0 ? 0 : 1];
     const void *send = (const void *)(uintptr_t)(bufs[sd->cls].p[i] + sd->off);
     symmResult_t rc = issue(sd, send, (void *)(uintptr_t)recv.p[i], r);
-    CW_REQUIRE(r, rc == symmSuccess, "%s: the call itself returned %s (%s); mismatches are found on the device",
+    TW_REQUIRE(r, rc == symmSuccess, "%s: the call itself returned %s (%s); mismatches are found on the device",
                sc->name, tu_result_name(rc), symmGetLastError(r->comm));
   }
   const double t0 = tu_now();
-  symmResult_t got[CW_MAX_RANKS] = {symmSuccess, symmSuccess};
-  double when[CW_MAX_RANKS] = {-1, -1};
+  symmResult_t got[TW_MAX_RANKS];
+  double when[TW_MAX_RANKS];
+  for (int i = 0; i < TW_MAX_RANKS; i++) {
+    got[i] = symmSuccess;
+    when[i] = -1;
+  }
+  const double detect_s = DETECT_S * (w->shared ? 3 : 1);
   int pending = w->nlocal;
   while (pending > 0 && tu_now() - t0 < 40) {
     for (int i = 0; i < w->nlocal; i++) {
       if (when[i] >= 0) continue;
       symmResult_t ae = symmSuccess;
       symmResult_t q = symmCommGetAsyncError(w->r[i].comm, &ae);
-      CW_REQUIRE(&w->r[i], q == symmSuccess, "symmCommGetAsyncError returned %s", tu_result_name(q));
+      TW_REQUIRE(&w->r[i], q == symmSuccess, "symmCommGetAsyncError returned %s", tu_result_name(q));
       if (ae != symmSuccess) {
         got[i] = ae;
         when[i] = tu_now() - t0;
@@ -113,28 +120,28 @@ static void run_case(struct cw *w, const struct scase *sc) {
     nanosleep(&ts, NULL);
   }
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
+    struct tw_rank *r = &w->r[i];
     char msg[1024];
     const char *m = tu_last_error(r->comm, msg, sizeof msg);
     if (when[i] < 0) {
-      cw_fail_at(__FILE__, __LINE__, r, "%s: no asynchronous error after 40 s (the mismatch went unnoticed)", sc->name);
+      tw_fail_at(__FILE__, __LINE__, r, "%s: no asynchronous error after 40 s (the mismatch went unnoticed)", sc->name);
       failed = 1;
       continue;
     }
-    if (got[i] != symmInvalidUsage || when[i] > DETECT_S || !tu_contains_ci(m, sc->keyword)) {
-      cw_fail_at(__FILE__, __LINE__, r,
+    if (got[i] != symmInvalidUsage || when[i] > detect_s || !tu_contains_ci(m, sc->keyword)) {
+      tw_fail_at(__FILE__, __LINE__, r,
                  "%s: symmCommGetAsyncError gave %s after %.2f s with message \"%s\"; expected symmInvalidUsage "
                  "within %.0f s naming \"%s\"",
-                 sc->name, tu_result_name(got[i]), when[i], m ? m : "(NULL)", DETECT_S, sc->keyword);
+                 sc->name, tu_result_name(got[i]), when[i], m ? m : "(NULL)", detect_s, sc->keyword);
       failed = 1;
     } else {
-      cw_log(w, "%-58s rank %d: %s after %.3f s: %s", sc->name, r->rank, tu_result_name(got[i]), when[i], m);
+      tw_log(w, "%-58s rank %d: %s after %.3f s: %s", sc->name, r->rank, tu_result_name(got[i]), when[i], m);
     }
   }
   /* The kernels must stop, and must not have written any output. */
   for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    cw_use(r);
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
     double s0 = tu_now();
     CUresult q;
     while ((q = tu_cu.cuStreamQuery(r->stream)) == TU_CUDA_ERROR_NOT_READY && tu_now() - s0 < 40) {
@@ -142,18 +149,18 @@ static void run_case(struct cw *w, const struct scase *sc) {
       nanosleep(&ts, NULL);
     }
     if (q != 0) {
-      cw_fail_at(__FILE__, __LINE__, r, "%s: the stream did not become idle after the error (%s)", sc->name,
+      tw_fail_at(__FILE__, __LINE__, r, "%s: the stream did not become idle after the error (%s)", sc->name,
                  tu_cu_error(q));
       failed = 1;
       tu_exit_now(); /* cannot safely free or destroy under a running kernel */
     }
     static unsigned char out[BYTES];
-    CW_CU(tu_cu.cuMemcpyDtoH(out, recv.p[i], BYTES));
+    TW_CU(tu_cu.cuMemcpyDtoH(out, recv.p[i], BYTES));
     size_t changed = 0, first = 0;
     for (size_t j = 0; j < BYTES; j++)
       if (out[j] != 0xa5 && changed++ == 0) first = j;
     if (changed) {
-      cw_fail_at(__FILE__, __LINE__, r, "%s: %zu bytes of recvbuff were written despite the mismatch (first at %zu)",
+      tw_fail_at(__FILE__, __LINE__, r, "%s: %zu bytes of recvbuff were written despite the mismatch (first at %zu)",
                  sc->name, changed, first);
       failed = 1;
     }
@@ -161,17 +168,17 @@ static void run_case(struct cw *w, const struct scase *sc) {
   /* After an asynchronous error only destroying the communicator is
    * meaningful: it releases the symmetric memory and the registrations;
    * the cuMemAlloc'd buffers are freed after it. */
-  cw_destroy_comms(w);
+  tw_destroy_comms(w);
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
-    CW_CU(tu_cu.cuMemFree(bufs[CW_STAGED].p[i]));
-    CW_CU(tu_cu.cuMemFree(bufs[CW_REGISTERED].p[i]));
-    CW_CU(tu_cu.cuMemFree(recv.p[i]));
+    tw_use(&w->r[i]);
+    TW_CU(tu_cu.cuMemFree(bufs[CW_STAGED].p[i]));
+    TW_CU(tu_cu.cuMemFree(bufs[CW_REGISTERED].p[i]));
+    TW_CU(tu_cu.cuMemFree(recv.p[i]));
   }
   if (failed) g_failed++;
 }
 
-static void body(struct cw *w, void *ctx) {
+static void body(struct tw *w, void *ctx) {
   (void)ctx;
   const int I32 = symmInt32, F32 = symmFloat32;
   /* rank 0 side, rank 1 side: {kind, count, dt, op, root, class, offset} */
@@ -212,24 +219,34 @@ static void body(struct cw *w, void *ctx) {
   const struct scase *cases = g_token ? token_cases : count_cases;
   size_t n = g_token ? sizeof token_cases / sizeof token_cases[0] : sizeof count_cases / sizeof count_cases[0];
   for (size_t i = 0; i < n; i++) run_case(w, &cases[i]);
-  if (w->mode != CW_MP || w->r[0].rank == 0)
-    cw_log(w, "summary: %d %s-mismatch cases, %d failed", g_cases, g_token ? "token" : "SYMM_CHECK", g_failed);
+  if (w->lead)
+    tw_log(w, "summary: %d %s-mismatch cases, %d failed", g_cases, g_token ? "token" : "SYMM_CHECK", g_failed);
+}
+
+static int option(const char *arg, void *ctx) {
+  (void)ctx;
+  if (strcmp(arg, "count") == 0 || strcmp(arg, "token") == 0) return 0;
+  return -1;
 }
 
 int main(int argc, char **argv) {
-  REQUIRE(argc == 3 && (strcmp(argv[2], "count") == 0 || strcmp(argv[2], "token") == 0),
-          "usage: coll_mismatch <mp|all> <count|token>");
-  g_token = strcmp(argv[2], "token") == 0;
+  const char *what = NULL;
+  for (int i = 2; i < argc; i++)
+    if (option(argv[i], NULL) == 0) what = argv[i];
+  REQUIRE(what != NULL, "usage: coll_mismatch <mp|all> [--nranks=N] <count|token>");
+  g_token = strcmp(what, "token") == 0;
   /* The library reads SYMM_CHECK once, at first use (in mp: in the rank
    * processes, after this). */
   const char *want = g_token ? "0" : "1";
   const char *have = getenv("SYMM_CHECK");
   if (!have || strcmp(have, want) != 0) {
-    printf("coll_mismatch %s: setting SYMM_CHECK=%s (was %s)\n", argv[2], want, have ? have : "unset");
+    printf("coll_mismatch %s: setting SYMM_CHECK=%s (was %s)\n", what, want, have ? have : "unset");
     setenv("SYMM_CHECK", want, 1);
   }
   if (g_token) setenv("SYMM_ALGO", "oneshot", 1);
   setenv("SYMM_TIMEOUT", "20", 0);
-  return cw_main(g_token ? "coll_token_mismatch" : "coll_check_mismatch", "mp,all", argc, argv, 270, body, NULL,
-                 NULL);
+  static struct tw_spec spec = {.modes = "mp,all", .usage = "<count|token>", .limit_s = 270, .option = option,
+      .process_init = cw_process_init, .body = body};
+  spec.name = g_token ? "coll_token_mismatch" : "coll_check_mismatch";
+  return tw_main(&spec, argc, argv);
 }

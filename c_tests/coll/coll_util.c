@@ -5,106 +5,11 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- watchdog, phase, messages -------------------------------------------- */
-
-static char g_phase[320] = "start-up";
-static struct cw *g_w;
-static int g_finished;
-
-void cw_phase(const char *fmt, ...) {
-  char buf[sizeof g_phase];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  memcpy(g_phase, buf, sizeof g_phase);
-}
-
-const char *cw_current_phase(void) { return g_phase; }
-
-static void wd_write(const char *s) {
-  ssize_t n = write(2, s, strlen(s));
-  (void)n;
-}
-
-static void mark_dead(void) {
-  if (g_w && g_w->mode == CW_MP && g_w->sh) __atomic_store_n(&g_w->sh->dead, g_w->r[0].rank + 1, __ATOMIC_RELEASE);
-}
-
-static void on_alarm(int sig) {
-  (void)sig;
-  wd_write("\nFAIL watchdog: ");
-  if (g_w) {
-    wd_write(g_w->name);
-    wd_write(g_w->mode == CW_MP ? (g_w->r[0].rank == 0 ? " mp rank 0" : " mp rank 1") : " all");
-  }
-  wd_write(": the time limit passed; stuck in phase: ");
-  wd_write(g_phase);
-  wd_write("\n");
-  mark_dead();
-  _exit(3);
-}
-
-static void at_exit_mark_dead(void) {
-  if (!g_finished) mark_dead();
-}
-
-static void prefix(char *buf, size_t len) {
-  if (!g_w)
-    snprintf(buf, len, "?");
-  else if (g_w->mode == CW_MP)
-    snprintf(buf, len, "%s mp rank %d", g_w->name, g_w->r[0].rank);
-  else
-    snprintf(buf, len, "%s all", g_w->name);
-}
-
-void cw_log(const struct cw *w, const char *fmt, ...) {
-  (void)w;
-  char pre[128], body[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(body, sizeof body, fmt, ap);
-  va_end(ap);
-  prefix(pre, sizeof pre);
-  printf("[%s] %s\n", pre, body);
-  fflush(stdout);
-}
-
-void cw_fail_at(const char *file, int line, const struct cw_rank *r, const char *fmt, ...) {
-  char pre[128], body[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(body, sizeof body, fmt, ap);
-  va_end(ap);
-  prefix(pre, sizeof pre);
-  if (r)
-    tu_fail(file, line, "[%s] rank %d (device %d): %s", pre, r->rank, r->device, body);
-  else
-    tu_fail(file, line, "[%s] %s", pre, body);
-}
-
-int cw_symm_ok(const char *file, int line, const struct cw_rank *r, const char *expr, symmResult_t rc) {
-  if (rc == symmSuccess) return 1;
-  char msg[1024];
-  const char *m = tu_last_error(r ? r->comm : NULL, msg, sizeof msg);
-  cw_fail_at(file, line, r, "%s returned %s: %s (phase: %s)", expr, tu_result_name(rc), m ? m : "(NULL message)",
-             g_phase);
-  return 0;
-}
-
-void cw_cuda_fatal(const char *file, int line, const char *expr, CUresult rc) {
-  cw_fail_at(file, line, NULL, "CUDA call %s failed: %s (phase: %s)", expr, tu_cu_error(rc), g_phase);
-  tu_exit_now();
-}
 
 /* ---- extra driver API ------------------------------------------------------- */
 
@@ -142,346 +47,91 @@ static void load_extra_api(void) {
   done = 1;
 }
 
-/* ---- CUDA helpers ------------------------------------------------------------- */
+/* ---- page-locked host memory ---------------------------------------------------- */
 
-static void sleep_s(double s) {
-  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-void cw_use(const struct cw_rank *r) {
-  CUresult rc = tu_cu.cuCtxSetCurrent(r->ctx);
-  CW_REQUIRE(r, rc == 0, "cuCtxSetCurrent: %s", tu_cu_error(rc));
-}
-
-static int peer_dead(void) {
-  return g_w && g_w->mode == CW_MP && __atomic_load_n(&g_w->sh->dead, __ATOMIC_ACQUIRE) != 0;
-}
-
-int cw_stream_poll(const struct cw_rank *r, CUstream s, double timeout_s) {
-  cw_use(r);
-  double start = tu_now(), next_check = start + 0.01;
-  double nap = 2e-6;
-  for (;;) {
-    CUresult rc = tu_cu.cuStreamQuery(s);
-    if (rc == 0) return 0;
-    if (rc != TU_CUDA_ERROR_NOT_READY) {
-      cw_fail_at(__FILE__, __LINE__, r, "cuStreamQuery: %s (phase: %s)", tu_cu_error(rc), g_phase);
-      return -1;
-    }
-    double now = tu_now();
-    if (now >= next_check) {
-      next_check = now + 0.01;
-      if (r->comm) {
-        symmResult_t ae = symmSuccess;
-        symmResult_t q = symmCommGetAsyncError(r->comm, &ae);
-        if (q != symmSuccess || ae != symmSuccess) {
-          char msg[1024];
-          const char *m = tu_last_error(r->comm, msg, sizeof msg);
-          cw_fail_at(__FILE__, __LINE__, r,
-                     "asynchronous error while waiting for the stream: symmCommGetAsyncError returned %s, "
-                     "asyncError %s (last error: %s) (phase: %s)",
-                     tu_result_name(q), tu_result_name(ae), m ? m : "(NULL)", g_phase);
-          return -1;
-        }
-      }
-      if (peer_dead()) {
-        cw_fail_at(__FILE__, __LINE__, r, "the other rank's process stopped early (see its messages) (phase: %s)",
-                   g_phase);
-        return -1;
-      }
-    }
-    if (now - start > timeout_s) return 1;
-    sleep_s(nap);
-    if (nap < 200e-6) nap *= 2;
-  }
-}
-
-void cw_stream_wait(const struct cw_rank *r, CUstream s, double timeout_s, const char *what) {
-  int rc = cw_stream_poll(r, s, timeout_s);
-  CW_REQUIRE(r, rc != 1, "stream still busy after %.0f s: %s (phase: %s)", timeout_s, what, g_phase);
-  CW_REQUIRE(r, rc == 0, "stream wait failed: %s", what);
-}
-
-void cw_sync_all(const struct cw *w, double timeout_s, const char *what) {
-  for (int i = 0; i < w->nlocal; i++) cw_stream_wait(&w->r[i], w->r[i].stream, timeout_s, what);
-}
-
-void cw_host_alloc(const struct cw_rank *r, struct cw_host *h, size_t bytes) {
+void cw_host_alloc(const struct tw_rank *r, struct cw_host *h, size_t bytes) {
   static int warned;
   memset(h, 0, sizeof *h);
   if (bytes == 0) bytes = 64;
   h->bytes = bytes;
-  cw_use(r);
+  tw_use(r);
   CUresult rc = cw_cu.cuMemAllocHost(&h->p, bytes);
   if (rc == 0 && h->p) {
     h->pinned = 1;
     return;
   }
   if (!warned) {
-    cw_log(g_w, "note: cuMemAllocHost(%zu bytes) failed (%s); using pageable memory (slower copies)", bytes,
+    tw_log(NULL, "note: cuMemAllocHost(%zu bytes) failed (%s); using pageable memory (slower copies)", bytes,
            tu_cu_error(rc));
     warned = 1;
   }
   h->p = malloc(bytes);
-  CW_REQUIRE(r, h->p != NULL, "out of host memory (%zu bytes)", bytes);
+  TW_REQUIRE(r, h->p != NULL, "out of host memory (%zu bytes)", bytes);
 }
 
-void cw_host_free(const struct cw_rank *r, struct cw_host *h) {
+void cw_host_free(const struct tw_rank *r, struct cw_host *h) {
   if (!h->p) return;
   if (h->pinned) {
-    cw_use(r);
-    CW_CU(cw_cu.cuMemFreeHost(h->p));
+    tw_use(r);
+    TW_CU(cw_cu.cuMemFreeHost(h->p));
   } else {
     free(h->p);
   }
   memset(h, 0, sizeof *h);
 }
 
-CUmodule cw_load_module(const struct cw_rank *r, const char *path) {
-  const char *env = getenv("COLL_TEST_KERNELS");
-  if (env && env[0]) path = env;
-  FILE *f = fopen(path, "rb");
-  CW_REQUIRE(r, f != NULL, "cannot open the test kernels %s: %s (set COLL_TEST_KERNELS to the fatbin's path)", path,
-             strerror(errno));
-  CW_REQUIRE(r, fseek(f, 0, SEEK_END) == 0, "seek %s", path);
-  long len = ftell(f);
-  CW_REQUIRE(r, len > 0 && fseek(f, 0, SEEK_SET) == 0, "%s is empty or unreadable", path);
-  size_t alloc = ((size_t)len + 63) / 64 * 64;
-  void *img = aligned_alloc(64, alloc);
-  CW_REQUIRE(r, img != NULL, "out of host memory");
-  memset(img, 0, alloc);
-  size_t got = fread(img, 1, (size_t)len, f);
-  fclose(f);
-  CW_REQUIRE(r, got == (size_t)len, "short read of %s", path);
-  cw_use(r);
-  CUmodule m = NULL;
-  CUresult rc = tu_cu.cuModuleLoadData(&m, img);
-  free(img);
-  CW_REQUIRE(r, rc == 0, "cuModuleLoadData(%s) (sm_80/sm_90 + compute_90 PTX): %s", path, tu_cu_error(rc));
-  return m;
-}
-
-CUfunction cw_function(const struct cw_rank *r, CUmodule m, const char *name) {
-  CUfunction fn = NULL;
-  CUresult rc = tu_cu.cuModuleGetFunction(&fn, m, name);
-  CW_REQUIRE(r, rc == 0, "kernel %s missing from the test module: %s", name, tu_cu_error(rc));
-  return fn;
-}
-
-/* ---- host coordination ------------------------------------------------------- */
-
-void cw_host_barrier(struct cw *w, const char *what) {
-  if (w->mode != CW_MP) return;
-  struct cw_shared *sh = w->sh;
-  int gen = __atomic_load_n(&sh->bar_gen, __ATOMIC_ACQUIRE);
-  if (__atomic_add_fetch(&sh->bar_count, 1, __ATOMIC_ACQ_REL) == w->nranks) {
-    __atomic_store_n(&sh->bar_count, 0, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->bar_gen, 1, __ATOMIC_RELEASE);
-    return;
-  }
-  double deadline = tu_now() + 300;
-  while (__atomic_load_n(&sh->bar_gen, __ATOMIC_ACQUIRE) == gen) {
-    if (peer_dead()) {
-      cw_fail_at(__FILE__, __LINE__, NULL, "host barrier (%s): the other rank stopped early; giving up", what);
-      tu_exit_now();
-    }
-    if (tu_now() > deadline) {
-      cw_fail_at(__FILE__, __LINE__, NULL, "host barrier (%s): the other rank did not arrive in 300 s", what);
-      tu_exit_now();
-    }
-    sleep_s(50e-6);
-  }
-}
-
-uint64_t cw_min_u64(struct cw *w, const uint64_t *v) {
-  uint64_t m = UINT64_MAX;
-  if (w->mode != CW_MP) {
-    for (int i = 0; i < w->nlocal; i++)
-      if (v[i] < m) m = v[i];
-    return m;
-  }
-  w->sh->xchg[w->r[0].rank] = v[0];
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  cw_host_barrier(w, "exchange");
-  for (int i = 0; i < w->nranks; i++)
-    if (w->sh->xchg[i] < m) m = w->sh->xchg[i];
-  cw_host_barrier(w, "exchange done");
-  return m;
-}
-
-/* ---- communicators -------------------------------------------------------------- */
-
-static void next_id(struct cw *w, symmUniqueId *id) {
-  int round = ++w->id_round;
-  struct cw_shared *sh = w->sh;
-  if (w->mode != CW_MP || w->r[0].rank == 0) {
-    symmResult_t rc = symmGetUniqueId(id);
-    REQUIRE(rc == symmSuccess, "symmGetUniqueId: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-    if (w->mode == CW_MP) {
-      memcpy(&sh->id, id, sizeof *id);
-      __atomic_store_n(&sh->id_round, round, __ATOMIC_RELEASE);
-    }
-    return;
-  }
-  double deadline = tu_now() + 120;
-  while (__atomic_load_n(&sh->id_round, __ATOMIC_ACQUIRE) < round) {
-    REQUIRE(!peer_dead(), "rank 0 stopped before making unique id #%d", round);
-    REQUIRE(tu_now() < deadline, "no unique id #%d from rank 0 after 120 s", round);
-    sleep_s(100e-6);
-  }
-  memcpy(id, &sh->id, sizeof *id);
-}
-
-symmResult_t cw_init_comms(struct cw *w) {
-  cw_phase("communicator init");
-  symmResult_t rc;
-  if (w->mode == CW_MP) {
-    symmUniqueId id;
-    next_id(w, &id);
-    cw_use(&w->r[0]);
-    rc = symmCommInitRank(&w->r[0].comm, w->nranks, id, w->r[0].rank);
-  } else {
-    symmComm_t comms[CW_MAX_RANKS];
-    int devs[CW_MAX_RANKS];
-    for (int i = 0; i < w->nlocal; i++) devs[i] = w->r[i].device;
-    rc = symmCommInitAll(comms, w->nlocal, devs);
-    if (rc == symmSuccess)
-      for (int i = 0; i < w->nlocal; i++) w->r[i].comm = comms[i];
-  }
-  if (rc != symmSuccess) {
-    cw_fail_at(__FILE__, __LINE__, NULL, "%s: %s (%s)", w->mode == CW_MP ? "symmCommInitRank" : "symmCommInitAll",
-               tu_result_name(rc), symmGetLastError(NULL));
-    for (int i = 0; i < w->nlocal; i++) w->r[i].comm = NULL;
-    return rc;
-  }
-  for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    int count = -1, rank = -1, dev = -1;
-    CW_SYMM(r, symmCommCount(r->comm, &count));
-    CW_SYMM(r, symmCommUserRank(r->comm, &rank));
-    CW_SYMM(r, symmCommCuDevice(r->comm, &dev));
-    CW_CHECK(r, count == w->nranks && rank == r->rank && dev == r->device,
-             "communicator says count %d, rank %d, device %d", count, rank, dev);
-  }
-  return rc;
-}
-
-void cw_destroy_comms(struct cw *w) {
-  cw_phase("communicator destroy");
-  for (int i = 0; i < w->nlocal; i++) {
-    struct cw_rank *r = &w->r[i];
-    if (!r->comm) continue;
-    symmResult_t rc = symmCommDestroy(r->comm);
-    CW_CHECK(r, rc == symmSuccess, "symmCommDestroy: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-    r->comm = NULL;
-  }
-}
-
-symmResult_t cw_mem_alloc(struct cw *w, size_t size, void **ptr) {
-  if (w->mode == CW_MP) return symmMemAlloc(w->r[0].comm, size, &ptr[0]);
-  symmResult_t first = symmGroupStart();
-  if (first != symmSuccess) return first;
-  for (int i = 0; i < w->nlocal; i++) {
-    symmResult_t rc = symmMemAlloc(w->r[i].comm, size, &ptr[i]);
-    if (rc != symmSuccess && first == symmSuccess) first = rc;
-  }
-  symmResult_t end = symmGroupEnd();
-  return first != symmSuccess ? first : end;
-}
-
-symmResult_t cw_mem_free(struct cw *w, void *const *ptr) {
-  if (w->mode == CW_MP) return symmMemFree(w->r[0].comm, ptr[0]);
-  symmResult_t first = symmGroupStart();
-  if (first != symmSuccess) return first;
-  for (int i = 0; i < w->nlocal; i++) {
-    symmResult_t rc = symmMemFree(w->r[i].comm, ptr[i]);
-    if (rc != symmSuccess && first == symmSuccess) first = rc;
-  }
-  symmResult_t end = symmGroupEnd();
-  return first != symmSuccess ? first : end;
-}
-
-symmResult_t cw_register(struct cw *w, void *const *buf, size_t size, void **handle) {
-  if (w->mode == CW_MP) return symmCommRegister(w->r[0].comm, buf[0], size, &handle[0]);
-  symmResult_t first = symmGroupStart();
-  if (first != symmSuccess) return first;
-  for (int i = 0; i < w->nlocal; i++) {
-    symmResult_t rc = symmCommRegister(w->r[i].comm, buf[i], size, &handle[i]);
-    if (rc != symmSuccess && first == symmSuccess) first = rc;
-  }
-  symmResult_t end = symmGroupEnd();
-  return first != symmSuccess ? first : end;
-}
-
-void cw_deregister(struct cw *w, void *const *handle) {
-  for (int i = 0; i < w->nlocal; i++) CW_SYMM(&w->r[i], symmCommDeregister(w->r[i].comm, handle[i]));
-}
-
-void cw_check_async(const struct cw *w, const char *after) {
-  for (int i = 0; i < w->nlocal; i++) {
-    const struct cw_rank *r = &w->r[i];
-    symmResult_t ae = symmSuccess;
-    symmResult_t q = symmCommGetAsyncError(r->comm, &ae);
-    char msg[1024];
-    const char *m = tu_last_error(r->comm, msg, sizeof msg);
-    CW_CHECK(r, q == symmSuccess && ae == symmSuccess,
-             "after %s: symmCommGetAsyncError returned %s, asyncError %s (last error: %s)", after, tu_result_name(q),
-             tu_result_name(ae), m ? m : "(NULL)");
-  }
-}
-
 /* ---- buffer classes ---------------------------------------------------------------- */
 
 const char *const cw_class_name[CW_NCLASSES] = {"staged", "registered", "symmetric"};
 
-void cw_buf_alloc(struct cw *w, struct cw_buf *b, enum cw_class cls, size_t bytes) {
+void cw_buf_alloc(struct tw *w, struct cw_buf *b, enum cw_class cls, size_t bytes) {
   memset(b, 0, sizeof *b);
   b->cls = cls;
   b->bytes = bytes;
-  cw_phase("allocating a %s buffer of %zu bytes", cw_class_name[cls], bytes);
+  tw_phase("allocating a %s buffer of %zu bytes", cw_class_name[cls], bytes);
+  size_t sizes[TW_MAX_RANKS];
+  for (int i = 0; i < w->nlocal; i++) sizes[i] = bytes;
   if (cls == CW_SYMMETRIC) {
-    void *p[CW_MAX_RANKS] = {0};
-    symmResult_t rc = cw_mem_alloc(w, bytes, p);
+    void *p[TW_MAX_RANKS] = {0};
+    symmResult_t rc = tw_alloc(w, sizes, p);
     for (int i = 0; i < w->nlocal; i++) {
-      CW_REQUIRE(&w->r[i], rc == symmSuccess && p[i], "symmMemAlloc(%zu bytes): %s (%s)", bytes, tu_result_name(rc),
+      TW_REQUIRE(&w->r[i], rc == symmSuccess && p[i], "symmMemAlloc(%zu bytes): %s (%s)", bytes, tu_result_name(rc),
                  symmGetLastError(w->r[i].comm));
       b->p[i] = (CUdeviceptr)(uintptr_t)p[i];
     }
     return;
   }
   for (int i = 0; i < w->nlocal; i++) {
-    cw_use(&w->r[i]);
+    tw_use(&w->r[i]);
     CUresult rc = tu_cu.cuMemAlloc(&b->p[i], bytes);
-    CW_REQUIRE(&w->r[i], rc == 0, "cuMemAlloc(%zu bytes): %s", bytes, tu_cu_error(rc));
+    TW_REQUIRE(&w->r[i], rc == 0, "cuMemAlloc(%zu bytes): %s", bytes, tu_cu_error(rc));
   }
   if (cls == CW_REGISTERED) {
-    void *p[CW_MAX_RANKS];
+    void *p[TW_MAX_RANKS];
     for (int i = 0; i < w->nlocal; i++) p[i] = (void *)(uintptr_t)b->p[i];
-    symmResult_t rc = cw_register(w, p, bytes, b->handle);
+    symmResult_t rc = tw_register(w, p, sizes, b->handle);
     for (int i = 0; i < w->nlocal; i++)
-      CW_REQUIRE(&w->r[i], rc == symmSuccess, "symmCommRegister(%zu bytes): %s (%s)", bytes, tu_result_name(rc),
+      TW_REQUIRE(&w->r[i], rc == symmSuccess, "symmCommRegister(%zu bytes): %s (%s)", bytes, tu_result_name(rc),
                  symmGetLastError(w->r[i].comm));
   }
 }
 
-void cw_buf_free(struct cw *w, struct cw_buf *b) {
+void cw_buf_free(struct tw *w, struct cw_buf *b) {
   if (!b->bytes) return;
-  cw_phase("freeing a %s buffer", cw_class_name[b->cls]);
+  tw_phase("freeing a %s buffer", cw_class_name[b->cls]);
   if (b->cls == CW_SYMMETRIC) {
-    void *p[CW_MAX_RANKS];
+    void *p[TW_MAX_RANKS];
     for (int i = 0; i < w->nlocal; i++) p[i] = (void *)(uintptr_t)b->p[i];
-    symmResult_t rc = cw_mem_free(w, p);
+    symmResult_t rc = tw_free(w, p);
     for (int i = 0; i < w->nlocal; i++)
-      CW_CHECK(&w->r[i], rc == symmSuccess, "symmMemFree: %s (%s)", tu_result_name(rc),
+      TW_CHECK(&w->r[i], rc == symmSuccess, "symmMemFree: %s (%s)", tu_result_name(rc),
                symmGetLastError(w->r[i].comm));
   } else {
-    if (b->cls == CW_REGISTERED) cw_deregister(w, b->handle);
+    if (b->cls == CW_REGISTERED) tw_deregister(w, b->handle);
     for (int i = 0; i < w->nlocal; i++) {
-      cw_use(&w->r[i]);
+      tw_use(&w->r[i]);
       CUresult rc = tu_cu.cuMemFree(b->p[i]);
-      CW_CHECK(&w->r[i], rc == 0, "cuMemFree: %s", tu_cu_error(rc));
+      TW_CHECK(&w->r[i], rc == 0, "cuMemFree: %s", tu_cu_error(rc));
     }
   }
   memset(b, 0, sizeof *b);
@@ -785,8 +435,9 @@ int cw_threads(void) {
   if (g_threads) return g_threads;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
-  /* mp: two rank processes share the machine. */
-  int procs = g_w && g_w->mode == CW_MP ? g_w->nranks : 1;
+  /* mp: the rank processes share the machine. */
+  const struct tw *w = tw_world();
+  int procs = w && w->mode == TW_MP ? w->nranks : 1;
   n /= procs;
   if (n < 1) n = 1;
   if (n > CW_MAX_THREADS) n = CW_MAX_THREADS;
@@ -831,146 +482,11 @@ void cw_par_for(size_t n, cw_range_fn fn, void *ctx) {
     if (started[t]) pthread_join(th[t], NULL);
 }
 
-/* ---- set-up and main ----------------------------------------------------------------------- */
+/* ---- per-process set-up ---------------------------------------------------------------------- */
 
-static double g_limit;
-static cw_body_fn g_body, g_report;
-static void *g_ctx;
-
-static void setup_rank(struct cw_rank *r) {
-  CUdevice dev;
-  CW_CU(tu_cu.cuDeviceGet(&dev, r->device));
-  CW_CU(tu_cu.cuDevicePrimaryCtxRetain(&r->ctx, dev));
-  cw_use(r);
-  CW_CU(tu_cu.cuStreamCreate(&r->stream, TU_CU_STREAM_NON_BLOCKING));
-  CW_CU(tu_cu.cuStreamCreate(&r->stream2, TU_CU_STREAM_NON_BLOCKING));
-}
-
-static void teardown_rank(struct cw *w, struct cw_rank *r) {
-  if (r->comm) {
-    cw_log(w, "rank %d: the body left its communicator; destroying it", r->rank);
-    symmCommDestroy(r->comm);
-    r->comm = NULL;
-  }
-  cw_use(r);
-  if (cw_stream_poll(r, r->stream, 60) == 0 && cw_stream_poll(r, r->stream2, 60) == 0) {
-    CW_CU(tu_cu.cuStreamDestroy(r->stream));
-    CW_CU(tu_cu.cuStreamDestroy(r->stream2));
-  }
-}
-
-static void run_world(struct cw *w) {
-  char reason[512];
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGALRM, &sa, NULL);
-  alarm((unsigned)(g_limit + 0.5));
-  REQUIRE(tu_cuda_load_ext(reason, sizeof reason) == 0, "%s", reason);
+void cw_process_init(struct tw *tw, void *ctx) {
+  (void)tw;
+  (void)ctx;
   load_extra_api();
   tables_init();
-  CW_CU(tu_cu.cuInit(0));
-  for (int i = 0; i < w->nlocal; i++) setup_rank(&w->r[i]);
-  cw_phase("test body");
-  g_body(w, g_ctx);
-  cw_phase("teardown");
-  for (int i = 0; i < w->nlocal; i++) teardown_rank(w, &w->r[i]);
-  alarm(0);
-}
-
-static void mp_child(int rank, void *ctx, struct tu_rank_result *out) {
-  (void)ctx;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  struct cw *w = g_w;
-  w->nlocal = 1;
-  w->r[0].rank = rank;
-  w->r[0].device = rank % w->ngpus;
-  w->r[0].index = 0;
-  atexit(at_exit_mark_dead);
-  double t0 = tu_now();
-  run_world(w);
-  g_finished = 1;
-  out->elapsed = tu_now() - t0;
-  out->code = tu_failures ? 1 : 0;
-  out->count = tu_failures;
-  snprintf(out->msg, sizeof out->msg, "%d failed check(s)", tu_failures);
-}
-
-static int mode_allowed(const char *modes, const char *m) {
-  size_t n = strlen(m);
-  for (const char *p = modes; *p;) {
-    const char *e = strchr(p, ',');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len == n && strncmp(p, m, n) == 0) return 1;
-    if (!e) break;
-    p = e + 1;
-  }
-  return 0;
-}
-
-int cw_main(const char *name, const char *modes, int argc, char **argv, double limit_s, cw_body_fn body,
-            cw_body_fn report, void *ctx) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  REQUIRE(argc >= 2, "usage: %s <%s> [options]", argv[0], modes);
-  const char *m = argv[1];
-  REQUIRE(mode_allowed(modes, m), "%s: unknown mode \"%s\" (expected one of %s)", name, m, modes);
-  static struct cw world;
-  world.name = name;
-  world.mode = strcmp(m, "mp") == 0 ? CW_MP : CW_ALL;
-  world.nranks = 2;
-  world.argc = argc - 2;
-  world.argv = argv + 2;
-  g_w = &world;
-  g_limit = limit_s;
-  g_body = body;
-  g_report = report;
-  g_ctx = ctx;
-
-  /* The library reads its environment once, on first use; short defaults
-   * make a broken wait fail in seconds (CTest may set others). */
-  setenv("SYMM_TIMEOUT", "30", 0);
-  setenv("SYMM_BOOTSTRAP_TIMEOUT", "30", 0);
-
-  char reason[512];
-  int ngpus = tu_gpu_count(reason, sizeof reason);
-  REQUIRE(ngpus >= 0, "GPU probe failed: %s", reason);
-  if (ngpus == 0) tu_skip_no_gpu(reason);
-  if (ngpus < world.nranks) tu_skip("%s %s needs 2 CUDA devices; %d visible", name, m, ngpus);
-  world.ngpus = ngpus;
-  printf("%s %s: %d CUDA device(s); SYMM_TIMEOUT=%s SYMM_BOOTSTRAP_TIMEOUT=%s SYMM_CHECK=%s; limit %.0f s\n", name,
-         m, ngpus, getenv("SYMM_TIMEOUT"), getenv("SYMM_BOOTSTRAP_TIMEOUT"),
-         getenv("SYMM_CHECK") ? getenv("SYMM_CHECK") : "(unset)", limit_s);
-
-  void *page = mmap(NULL, sizeof(struct cw_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(page != MAP_FAILED, "mmap: %s", strerror(errno));
-  memset(page, 0, sizeof(struct cw_shared));
-  world.sh = page;
-  double t0 = tu_now();
-  if (world.mode == CW_MP) {
-    struct tu_rank_result res[CW_MAX_RANKS];
-    /* The children's watchdogs fire at limit_s; the harness kills later. */
-    tu_run_ranks(world.nranks, mp_child, NULL, limit_s + 20, res);
-    for (int r = 0; r < world.nranks; r++) {
-      if (res[r].code < 0)
-        tu_fail(__FILE__, __LINE__, "[%s mp] rank %d: %s", name, r, res[r].msg);
-      else if (res[r].code != 0)
-        tu_fail(__FILE__, __LINE__, "[%s mp] rank %d: %s (see its FAIL lines above)", name, r, res[r].msg);
-      else
-        printf("[%s mp] rank %d: no failed checks (%.2f s)\n", name, r, res[r].elapsed);
-    }
-  } else {
-    world.nlocal = world.nranks;
-    for (int i = 0; i < world.nlocal; i++) {
-      world.r[i].rank = i;
-      world.r[i].device = i;
-      world.r[i].index = i;
-    }
-    run_world(&world);
-  }
-  if (report) report(&world, ctx);
-  printf("%s %s: total %.2f s\n", name, m, tu_now() - t0);
-  char label[128];
-  snprintf(label, sizeof label, "%s %s", name, m);
-  return tu_finish(label);
 }

@@ -1,25 +1,18 @@
 /*
- * coll_util: what the collective test drivers (c_tests/coll/coll_*.c) share.
+ * coll_util: what the collective test drivers (c_tests/coll/coll_*.c) share
+ * besides the multi-rank harness (../gpu_world.h, which runs them):
  *
- *  - A "world" of 2 ranks in one of two modes (the driver's mode argument):
- *      mp   2 processes forked by tu_run_ranks, rank r on device r,
- *           symmCommInitRank. Rank 0 makes the unique id and hands it over
- *           through a MAP_SHARED page, which also carries host barriers, a
- *           "rank died" flag and the per-rank statistics the parent prints.
- *      all  1 process driving both GPUs (symmCommInitAll), one stream per
- *           GPU. Bodies enqueue on every local rank before they wait on any.
- *    Every wait is bounded: stream waits poll cuStreamQuery against a
- *    deadline (and notice an asynchronous error of the communicator or a
- *    dead peer process), and a watchdog (alarm) ends a process that stops
- *    making progress, naming the phase it was in (cw_phase).
  *  - More CUDA driver entry points than test_util's tu_cu (cw_cu), resolved
- *    with dlsym from the libcuda.so.1 tu_cuda_load opened.
+ *    with dlsym from the libcuda.so.1 tu_cuda_load opened, and page-locked
+ *    host buffers.
+ *  - Buffers of the three classes the library tells apart (staged,
+ *    registered, symmetric) on every local rank.
  *  - Host models of the element types and reductions (fp16/bf16/fp8
  *    conversions with round-to-nearest-even, fp8 saturation), the random
  *    input generator every rank can evaluate for every rank, and a small
  *    pthread parallel-for for the large host-side checks.
  *
- * test_util.{h,c} is used read-only.
+ * Drivers set .process_init = cw_process_init in their tw_spec.
  */
 #ifndef SYMM_COLL_UTIL_H
 #define SYMM_COLL_UTIL_H
@@ -27,10 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_world.h"
 #include "symmcomm.h"
 #include "test_util.h"
-
-#define CW_MAX_RANKS 2
 
 /* ---- extra driver API -------------------------------------------------- */
 
@@ -53,107 +45,9 @@ struct cw_cuda_api {
 };
 extern struct cw_cuda_api cw_cu;
 
-/* Run a driver call that must succeed (the harness is broken otherwise):
- * failure is fatal and names the call, the phase and the error. */
-#define CW_CU(call)                                                                              \
-  do {                                                                                           \
-    CUresult cw_rc_ = (call);                                                                    \
-    if (cw_rc_ != 0) cw_cuda_fatal(__FILE__, __LINE__, #call, cw_rc_);                           \
-  } while (0)
-void cw_cuda_fatal(const char *file, int line, const char *expr, CUresult rc) __attribute__((noreturn));
-
-/* ---- the world ------------------------------------------------------------ */
-
-enum cw_mode { CW_MP = 0, CW_ALL = 1 };
-
-struct cw_rank {
-  int rank, device, index;
-  CUcontext ctx;
-  symmComm_t comm;
-  CUstream stream;  /* non-blocking */
-  CUstream stream2; /* a second non-blocking stream (consumers) */
-};
-
-/* Host state shared by the processes of an mp world (MAP_SHARED page made
- * before the fork); private memory in "all" mode. `user` is for the
- * driver (statistics the parent prints). */
-#define CW_USER_BYTES (256 * 1024)
-struct cw_shared {
-  int id_round;
-  symmUniqueId id;
-  int bar_count, bar_gen;
-  int dead; /* 1 + rank of a process that stopped abnormally */
-  uint64_t xchg[CW_MAX_RANKS];
-  int flag[8];
-  unsigned char user[CW_USER_BYTES];
-};
-
-struct cw {
-  const char *name;
-  enum cw_mode mode;
-  int nranks, nlocal, ngpus;
-  struct cw_rank r[CW_MAX_RANKS];
-  struct cw_shared *sh;
-  int id_round;
-  int argc;
-  char **argv; /* arguments after the mode */
-};
-
-typedef void (*cw_body_fn)(struct cw *w, void *ctx);
-
-/* The whole main() of a driver. Mode from argv[1] ("mp" or "all"; `modes`
- * lists the accepted ones, e.g. "mp,all"), the rest of argv is left in
- * w->argv. GPU probe (skip 77 with < 2 devices), then body(w, ctx) in each
- * rank process (mp) or in this process (all), with a watchdog of limit_s.
- * Devices, contexts and streams are set up before the body; the body makes
- * and destroys the communicators (cw_init_comms / cw_destroy_comms). After
- * every body has returned, report(w, ctx) runs in the parent / the process
- * (may be NULL) and can read w->sh->user. Returns the exit code. */
-int cw_main(const char *name, const char *modes, int argc, char **argv, double limit_s, cw_body_fn body,
-            cw_body_fn report, void *ctx);
-
-/* ---- messages ------------------------------------------------------------- */
-
-/* printf to stdout with "[<test> <mode>]" (and " rank R" in mp) prefix. */
-void cw_log(const struct cw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* What this process is doing, for the watchdog and stream-wait messages. */
-void cw_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-const char *cw_current_phase(void);
-/* A failed check about rank r (NULL: the world). */
-void cw_fail_at(const char *file, int line, const struct cw_rank *r, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define CW_CHECK(r, cond, ...)                                     \
-  do {                                                             \
-    if (!(cond)) cw_fail_at(__FILE__, __LINE__, (r), __VA_ARGS__); \
-  } while (0)
-#define CW_REQUIRE(r, cond, ...)                          \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      cw_fail_at(__FILE__, __LINE__, (r), __VA_ARGS__);   \
-      tu_exit_now();                                      \
-    }                                                     \
-  } while (0)
-
-/* A symm call that must succeed: on failure records the code and
- * symmGetLastError and returns 0. */
-int cw_symm_ok(const char *file, int line, const struct cw_rank *r, const char *expr, symmResult_t rc);
-#define CW_SYMM(r, call) cw_symm_ok(__FILE__, __LINE__, (r), #call, (call))
-#define CW_SYMM_REQUIRE(r, call)          \
-  do {                                    \
-    if (!CW_SYMM(r, call)) tu_exit_now(); \
-  } while (0)
-
-/* ---- CUDA helpers ---------------------------------------------------------- */
-
-void cw_use(const struct cw_rank *r);
-/* Poll `s` of rank r until idle: 0 done; 1 still busy after timeout_s; -1
- * the stream failed, the communicator has an asynchronous error, or a peer
- * process died (each reported). */
-int cw_stream_poll(const struct cw_rank *r, CUstream s, double timeout_s);
-/* cw_stream_poll that must end in 0; otherwise fatal, naming `what`. */
-void cw_stream_wait(const struct cw_rank *r, CUstream s, double timeout_s, const char *what);
-/* r->stream of every local rank. */
-void cw_sync_all(const struct cw *w, double timeout_s, const char *what);
+/* tw_spec.process_init of the collective drivers: the extra driver entry
+ * points and the decode tables, in every process that drives ranks. */
+void cw_process_init(struct tw *tw, void *ctx);
 
 /* Page-locked host memory (cuMemAllocHost in r's context), falling back
  * to malloc (reported once) when the driver refuses. */
@@ -162,33 +56,8 @@ struct cw_host {
   size_t bytes;
   int pinned;
 };
-void cw_host_alloc(const struct cw_rank *r, struct cw_host *h, size_t bytes);
-void cw_host_free(const struct cw_rank *r, struct cw_host *h);
-
-/* Load the test kernels' fatbin (COLL_TEST_KERNELS overrides `path`)
- * into r's context. */
-CUmodule cw_load_module(const struct cw_rank *r, const char *path);
-CUfunction cw_function(const struct cw_rank *r, CUmodule m, const char *name);
-
-/* ---- host coordination ------------------------------------------------------ */
-
-void cw_host_barrier(struct cw *w, const char *what);
-/* Minimum of every rank's `v` (mp: through the shared page; all: the
- * minimum over the local values, passed as v[0..nlocal-1]). */
-uint64_t cw_min_u64(struct cw *w, const uint64_t *v);
-
-/* ---- communicators and collective host calls ----------------------------- */
-
-symmResult_t cw_init_comms(struct cw *w);
-void cw_destroy_comms(struct cw *w);
-/* Collective host calls on every local rank: direct in mp, inside one
- * symmGroupStart/End in "all". Arrays are indexed by local rank. */
-symmResult_t cw_mem_alloc(struct cw *w, size_t size, void **ptr);
-symmResult_t cw_mem_free(struct cw *w, void *const *ptr);
-symmResult_t cw_register(struct cw *w, void *const *buf, size_t size, void **handle);
-void cw_deregister(struct cw *w, void *const *handle);
-/* symmCommGetAsyncError of every local rank must be symmSuccess. */
-void cw_check_async(const struct cw *w, const char *after);
+void cw_host_alloc(const struct tw_rank *r, struct cw_host *h, size_t bytes);
+void cw_host_free(const struct tw_rank *r, struct cw_host *h);
 
 /* ---- buffer classes ------------------------------------------------------------ */
 
@@ -199,12 +68,12 @@ extern const char *const cw_class_name[CW_NCLASSES];
 struct cw_buf {
   enum cw_class cls;
   size_t bytes;
-  CUdeviceptr p[CW_MAX_RANKS];
-  void *handle[CW_MAX_RANKS]; /* registration handles */
+  CUdeviceptr p[TW_MAX_RANKS];
+  void *handle[TW_MAX_RANKS]; /* registration handles */
 };
 /* Collective (registers / symmMemAllocs on every rank). Fatal on failure. */
-void cw_buf_alloc(struct cw *w, struct cw_buf *b, enum cw_class cls, size_t bytes);
-void cw_buf_free(struct cw *w, struct cw_buf *b);
+void cw_buf_alloc(struct tw *w, struct cw_buf *b, enum cw_class cls, size_t bytes);
+void cw_buf_free(struct tw *w, struct cw_buf *b);
 
 /* ---- element types ------------------------------------------------------------ */
 
