@@ -418,6 +418,22 @@ static int rank_kill(int n, ncclUniqueId id, int r, int ngpus) {
   return 0;
 }
 
+/* A grouped all-reduce (one thread, every device's communicator), checked. */
+static void group_allreduce(ncclComm_t *comms, cudaStream_t *streams, float **in, float **out, int n, size_t count,
+                            ncclRedOp_t op, const char *what) {
+  NCCL(ncclGroupStart());
+  for (int d = 0; d < n; d++) NCCL(ncclAllReduce(in[d], out[d], count, ncclFloat32, op, comms[d], streams[d]));
+  NCCL(ncclGroupEnd());
+  for (int d = 0; d < n; d++) {
+    CUDA(cudaSetDevice(d));
+    CUDA(cudaStreamSynchronize(streams[d]));
+    float *h = dev_to_host(out[d], count * 4);
+    for (size_t i = 0; i < count; i++)
+      if (h[i] != reduce_expect(n, i, op)) DIE("%s dev %d [%zu]", what, d, i);
+    free(h);
+  }
+}
+
 static int run_group(int n, int ngpus) {
   (void)ngpus;
   g_rank = 0;
@@ -439,17 +455,7 @@ static int run_group(int n, int ngpus) {
     in[d] = dev_fill(count, ncclFloat32, d, n, ncclSum);
     CUDA(cudaMalloc((void **)&out[d], count * 4));
   }
-  NCCL(ncclGroupStart());
-  for (int d = 0; d < n; d++) NCCL(ncclAllReduce(in[d], out[d], count, ncclFloat32, ncclSum, comms[d], streams[d]));
-  NCCL(ncclGroupEnd());
-  for (int d = 0; d < n; d++) {
-    CUDA(cudaSetDevice(d));
-    CUDA(cudaStreamSynchronize(streams[d]));
-    float *h = dev_to_host(out[d], count * 4);
-    for (size_t i = 0; i < count; i++)
-      if (h[i] != reduce_expect(n, i, ncclSum)) DIE("group allreduce dev %d [%zu]", d, i);
-    free(h);
-  }
+  group_allreduce(comms, streams, in, out, n, count, ncclSum, "group allreduce");
   /* A ring of sends and receives from one thread: only works in a group. */
   NCCL(ncclGroupStart());
   for (int d = 0; d < n; d++) {
@@ -473,18 +479,8 @@ static int run_group(int n, int ngpus) {
     NCCL(ncclCommCuDevice(comms[d], &cd));
     if (cd != d) DIE("InitAll device %d", cd);
   }
-  NCCL(ncclGroupStart());
-  for (int d = 0; d < n; d++) NCCL(ncclAllReduce(in[d], out[d], count, ncclFloat32, ncclMax, comms[d], streams[d]));
-  NCCL(ncclGroupEnd());
-  for (int d = 0; d < n; d++) {
-    CUDA(cudaSetDevice(d));
-    CUDA(cudaStreamSynchronize(streams[d]));
-    float *h = dev_to_host(out[d], count * 4);
-    for (size_t i = 0; i < count; i++)
-      if (h[i] != reduce_expect(n, i, ncclMax)) DIE("InitAll allreduce dev %d [%zu]", d, i);
-    free(h);
-    NCCL(ncclCommDestroy(comms[d]));
-  }
+  group_allreduce(comms, streams, in, out, n, count, ncclMax, "InitAll allreduce");
+  for (int d = 0; d < n; d++) NCCL(ncclCommDestroy(comms[d]));
   printf("nccl_gpu group %d: OK\n", n);
   return 0;
 }
