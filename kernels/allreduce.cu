@@ -4,7 +4,6 @@
 // every rank gathers all slices (two syncs per round; less traffic for more
 // than 2 ranks). Inputs come straight from peers' symmetric or registered
 // buffers, or from scratch after a copy-in (staged), in rounds of a.chunk.
-// symm-build: type-shards (every kernel here is stamped per element type)
 #include "ll.cuh"
 
 template <typename T, int OP>

@@ -327,34 +327,19 @@ __device__ __forceinline__ uint32_t next_parity(const SymmCollArgs& a) {
   }
 
 // Suffixes match src/coll/mod.rs (DataType::kernel_suffix).
-//
-// build.rs compiles a family marked `// symm-build: type-shards` twice, with
-// SYMM_TYPE_SHARD=0 and =1, each stamping half of the element types (halves
-// of about equal compile cost), so that one large family keeps two nvcc
-// processes busy. Without SYMM_TYPE_SHARD every type is stamped.
-#if !defined(SYMM_TYPE_SHARD) || SYMM_TYPE_SHARD == 0
-#define SYMM_TYPES_HALF0(X, family) \
-  X(family, i8, int8_t)             \
-  X(family, i32, int32_t)           \
-  X(family, i64, int64_t)           \
-  X(family, f16, __half)            \
-  X(family, f64, double)            \
-  X(family, f8e4m3, __nv_fp8_e4m3)
-#else
-#define SYMM_TYPES_HALF0(X, family)
-#endif
-#if !defined(SYMM_TYPE_SHARD) || SYMM_TYPE_SHARD == 1
-#define SYMM_TYPES_HALF1(X, family) \
-  X(family, u8, uint8_t)            \
-  X(family, u32, uint32_t)          \
-  X(family, u64, uint64_t)          \
-  X(family, f32, float)             \
-  X(family, bf16, __nv_bfloat16)    \
+#define SYMM_FOR_EACH_TYPE(X, family) \
+  X(family, i8, int8_t)               \
+  X(family, u8, uint8_t)              \
+  X(family, i32, int32_t)             \
+  X(family, u32, uint32_t)            \
+  X(family, i64, int64_t)             \
+  X(family, u64, uint64_t)            \
+  X(family, f16, __half)              \
+  X(family, f32, float)               \
+  X(family, f64, double)              \
+  X(family, bf16, __nv_bfloat16)      \
+  X(family, f8e4m3, __nv_fp8_e4m3)    \
   X(family, f8e5m2, __nv_fp8_e5m2)
-#else
-#define SYMM_TYPES_HALF1(X, family)
-#endif
-#define SYMM_FOR_EACH_TYPE(X, family) SYMM_TYPES_HALF0(X, family) SYMM_TYPES_HALF1(X, family)
 
 // Start of a collective body: load the block's epoch and publish the
 // call's descriptor (checked at the first sync).

@@ -1,5 +1,4 @@
 // Reduce: the root's output is the reduction of every rank's input.
-// symm-build: type-shards (every kernel here is stamped per element type)
 #include "coll.cuh"
 
 template <typename T, int OP>

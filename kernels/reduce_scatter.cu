@@ -1,6 +1,5 @@
 // Reduce-scatter: rank r's output is the reduction of block r (a.count
 // elements) of every rank's input.
-// symm-build: type-shards (every kernel here is stamped per element type)
 #include "ll.cuh"
 
 // The copy-engine path's last step: the peers' blocks were already copied

@@ -1,8 +1,8 @@
-//! The kernels: one fatbin per family (`kernels/<family>.cu`, or each half
-//! of a family build.rs compiles in two type shards), embedded in the
-//! library and loaded once per device, each as its own module. Separate
-//! modules let build.rs compile and cache each unit on its own; a launch
-//! costs the same whichever module its `CUfunction` came from.
+//! The kernels: one fatbin per family (`kernels/<family>.cu`, built by
+//! build.rs), embedded in the library and loaded once per device, each
+//! family as its own module. Separate modules let build.rs compile and cache
+//! each family on its own; a launch costs the same whichever module its
+//! `CUfunction` came from.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
