@@ -162,3 +162,38 @@ nccl_api!(ncclLLA2ACreateRequirement / pncclLLA2ACreateRequirement(nBlocks: c_in
         real::check(r, unsafe { f(nBlocks, nSlots, outHandle, outReq) }, std::ptr::null_mut(), "ncclLLA2ACreateRequirement")
     })
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last_error() -> String {
+        // SAFETY: ncclGetLastError returns a NUL-terminated string.
+        unsafe { CStr::from_ptr(crate::ncclGetLastError(std::ptr::null_mut())) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn bad_communicators_and_pointers_are_refused_with_a_message() {
+        let bogus = 0x1234_5670 as NcclComm;
+        let mut out = [0u8; 64];
+        let p = out.as_mut_ptr().cast::<c_void>();
+        for comm in [std::ptr::null_mut(), bogus] {
+            assert_eq!(ncclDevCommCreate(comm, p, p), NCCL_INVALID_ARGUMENT);
+            assert_eq!(ncclDevCommDestroy(comm, p), NCCL_INVALID_ARGUMENT);
+            assert!(last_error().starts_with("ncclDevCommDestroy: comm"), "{}", last_error());
+            // No result code: an empty team, -1 for a rank, and a message.
+            assert_eq!(ncclTeamWorld(comm), Team { n_ranks: 0, rank: 0, stride: 0 });
+            assert!(last_error().starts_with("ncclTeamWorld: comm"), "{}", last_error());
+            assert_eq!(ncclTeamRankToWorld(comm, Team { n_ranks: 2, rank: 0, stride: 1 }, 1), -1);
+            let team = Team { n_ranks: 1, rank: 0, stride: 1 };
+            assert_eq!(ncclGinBarrierCreateRequirement(comm, team, 1, p, p), NCCL_INVALID_ARGUMENT);
+        }
+        let team = Team { n_ranks: 1, rank: 0, stride: 1 };
+        assert_eq!(ncclLsaBarrierCreateRequirement(team, 1, std::ptr::null_mut(), p), NCCL_INVALID_ARGUMENT);
+        assert!(last_error().contains("outHandle is NULL"), "{}", last_error());
+        assert_eq!(ncclLLA2ACreateRequirement(1, 1, p, std::ptr::null_mut()), NCCL_INVALID_ARGUMENT);
+        assert!(last_error().contains("outReq is NULL"), "{}", last_error());
+        assert_eq!(out, [0u8; 64], "nothing is written on failure");
+    }
+}
