@@ -14,14 +14,17 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     // Work units of this round: a.unit elements each (progress mode), or
-    // one even share per block. Block b owns units b, b + grid, ... on
-    // every rank, so its copy-in and its pulls cover the same data.
+    // one even share per block of a full round. Block b owns units b,
+    // b + grid, ... on every rank and in every round, so its copy-in and
+    // its pulls cover the same data and the same part of scratch (see
+    // next_parity).
     uint64_t unit = a.unit;
     if (!progress) {
+      const uint64_t full = min(a.chunk, a.count);
       uint64_t lo, hi;
-      split_range(n * sz, 16, gridDim.x, 0, &lo, &hi);
+      split_range(full * sz, 16, gridDim.x, 0, &lo, &hi);
       unit = (hi - lo) / sz;
-      if (unit == 0) unit = n;
+      if (unit == 0) unit = full;
     }
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) {

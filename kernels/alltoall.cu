@@ -9,7 +9,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
-    split_range(n * sz, 16, gridDim.x, blockIdx.x, &lo, &hi);
+    round_share(min(a.chunk, a.count) * sz, n * sz, 16, &lo, &hi);
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) {
       // Scratch holds block j of this round at j * a.chunk elements.

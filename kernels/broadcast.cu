@@ -8,7 +8,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_broadcast(SymmCollArg
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
-    split_range(n * sz, 16, gridDim.x, blockIdx.x, &lo, &hi);
+    round_share(min(a.chunk, a.count) * sz, n * sz, 16, &lo, &hi);
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged && a.rank == a.root) copy_bytes(scratch_in(a, a.rank, par) + lo, a.send + base * sz + lo, hi - lo);
     if (!block_sync(a, s)) return;

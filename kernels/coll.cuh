@@ -293,21 +293,41 @@ __device__ __forceinline__ char* scratch_out(const SymmCollArgs& a, uint32_t r, 
   return a.scratch[r] + (uint64_t)(2 + parity) * a.half;
 }
 
-// Staged rounds alternate scratch halves: a rank may fill half p for round
-// k+1 while a slower peer still reads half 1-p of round k, and it cannot get
-// two rounds ahead because round k+1's sync waits for that peer. The round
-// counter lives next to the block's epoch, so the alternation carries on
-// across kernels.
+// Staged rounds alternate scratch halves. Block b writes half p for round k
+// only once no peer reads what this rank put there for round k-2:
+// - in the same kernel, block b fills the same part of every half in every
+//   round (round_share), read only by the peers' block b, which round k-1's
+//   sync saw past round k-2;
+// - across kernels, whose grids and splits differ, every block of a rank
+//   takes the same parity for the same round (the counters below move in
+//   step, also those of blocks a kernel does not launch). A kernel's first
+//   round then writes the half its predecessor's last round did not; this
+//   kernel started after every block of the last one passed its last sync,
+//   so the peers were done with the round before. Its later rounds come
+//   after a sync with every peer, which has then finished the last kernel.
+// The counters live next to the blocks' epochs, advanced only by kernels.
 __device__ __forceinline__ uint32_t next_parity(const SymmCollArgs& a) {
   __shared__ uint32_t parity;
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t* round = block_counter(a, 1);
-    parity = *round & 1;
-    *round = *round + 1;
+    uint32_t* rounds = a.epochs + SYMM_COLL_MAX_BLOCKS;
+    const uint32_t round = rounds[blockIdx.x];
+    parity = round & 1;
+    // Blocks b, b + grid, ... are this block's to advance.
+    for (uint32_t b = blockIdx.x; b < SYMM_COLL_MAX_BLOCKS; b += gridDim.x) rounds[b] = round + 1;
   }
   __syncthreads();
   return parity;
+}
+
+// This block's share [lo, hi) of a round of n units (elements or bytes; the
+// kernel's rounds hold `full` units, the last one maybe fewer): the share of
+// a full round, clipped to n, so that it lies at the same offsets in every
+// round of the kernel (see next_parity).
+__device__ __forceinline__ void round_share(uint64_t full, uint64_t n, uint32_t epv, uint64_t* lo, uint64_t* hi) {
+  split_range(full, epv, gridDim.x, blockIdx.x, lo, hi);
+  *lo = min(*lo, n);
+  *hi = min(*hi, n);
 }
 
 #define SYMM_COLL_THREADS 512

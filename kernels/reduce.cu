@@ -9,7 +9,7 @@ __device__ void reduce_body(const SymmCollArgs& a) {
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
-    split_range(n, E, gridDim.x, blockIdx.x, &lo, &hi);
+    round_share(min(a.chunk, a.count), n, E, &lo, &hi);
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) copy_bytes(scratch_in(a, a.rank, par) + lo * sizeof(T), a.send + (base + lo) * sizeof(T), (hi - lo) * sizeof(T));
     if (!block_sync(a, s)) return;

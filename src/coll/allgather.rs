@@ -44,7 +44,7 @@ fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
             );
         }
     }
-    call.staged(a, chunk)
+    call.staged_in_steps(a, chunk, if unit > 0 { unit.min(call.count) } else { call.vec_elems() })
 }
 
 pub fn all_gather(call: &Call) -> Result<()> {

@@ -24,7 +24,8 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     if in_place || !call.direct(&mut a) {
         call.staged(&mut a, call.scratch_elems(1))?;
     } else if two_shot {
-        a.chunk = call.scratch_elems(1); // the reduced slices go through scratch
+        // The reduced slices go through scratch, in rounds.
+        a.chunk = super::even_rounds(call.count, call.scratch_elems(1), call.vec_elems());
     }
     if two_shot {
         a.mode |= MODE_TWO_SHOT;

@@ -157,18 +157,31 @@ impl Call<'_> {
         true
     }
 
-    /// Stage the input through scratch, in rounds of `chunk` elements.
-    pub fn staged(&self, a: &mut CollArgs, chunk: u64) -> Result<()> {
-        if chunk == 0 {
+    /// Stage the input through scratch, in rounds of at most `max_chunk`
+    /// elements.
+    pub fn staged(&self, a: &mut CollArgs, max_chunk: u64) -> Result<()> {
+        self.staged_in_steps(a, max_chunk, self.vec_elems())
+    }
+
+    /// Stage the input through scratch, in rounds of whole `step`s of
+    /// elements, at most `max_chunk` (a multiple of `step`).
+    pub fn staged_in_steps(&self, a: &mut CollArgs, max_chunk: u64, step: u64) -> Result<()> {
+        if max_chunk == 0 {
             bail!(symmInternalError, "scratch too small for one element");
         }
         a.mode |= abi::MODE_STAGED;
-        a.chunk = chunk;
+        a.chunk = even_rounds(self.count, max_chunk, step);
         Ok(())
     }
 
+    /// Elements in one 16-byte vector, the unit kernels split work in.
+    pub fn vec_elems(&self) -> u64 {
+        (16 / self.elem_size()).max(1)
+    }
+
     /// Elements of this call's type that fit in `parts` equal parts of a
-    /// scratch half, rounded down to whole 16-byte vectors.
+    /// scratch half, rounded down to whole 16-byte vectors (so a multiple
+    /// of `vec_elems`).
     pub fn scratch_elems(&self, parts: u64) -> u64 {
         let sz = self.elem_size();
         let per = self.comm.coll.half / parts / 16 * 16;
@@ -220,6 +233,19 @@ impl Call<'_> {
         let mut params = [(a as *mut CollArgs).cast::<c_void>()];
         launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params)
     }
+}
+
+/// Round size for `count` elements in rounds of at most `max_chunk`: as
+/// even as whole `step`s allow. Kernels split every round among their blocks
+/// as if it were full, so that each block stages to the same part of scratch
+/// in every round (coll.cuh, round_share); an uneven last round would leave
+/// most blocks idle. `max_chunk` must be a multiple of `step`.
+pub(crate) fn even_rounds(count: u64, max_chunk: u64, step: u64) -> u64 {
+    if count <= max_chunk {
+        return max_chunk;
+    }
+    let rounds = count.div_ceil(max_chunk);
+    (count.div_ceil(rounds).div_ceil(step) * step).min(max_chunk)
 }
 
 fn fnv(words: &[u64]) -> u64 {
@@ -478,6 +504,24 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER, symmDataType_t::symmInt8), c"symm_reduce_scatter_i8");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL, symmDataType_t::symmFloat64), c"symm_allreduce_ll_f64");
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_LL, symmDataType_t::symmUint32), c"symm_reduce_scatter_ll_u32");
+    }
+
+    #[test]
+    fn rounds_are_even_whole_steps() {
+        // One round: the whole scratch share, as before.
+        assert_eq!(even_rounds(100, 4096, 8), 4096);
+        assert_eq!(even_rounds(4096, 4096, 8), 4096);
+        // Just over one round: two halves, not a full round and a sliver.
+        assert_eq!(even_rounds(4097, 4096, 8), 2056);
+        for (count, max, step) in [(3_000_001u64, 1_048_576u64, 8u64), (12_000_004, 262_144, 16), (999, 64, 2), (10, 4, 4)] {
+            let chunk = even_rounds(count, max, step);
+            let rounds = count.div_ceil(chunk);
+            assert_eq!(chunk % step, 0, "{count} in {max}: {chunk} is not whole steps");
+            assert!(chunk <= max, "{count} in {max}: {chunk} overflows the scratch share");
+            assert_eq!(rounds, count.div_ceil(max), "{count} in {max}: {chunk} takes more rounds than needed");
+            let last = count - (rounds - 1) * chunk;
+            assert!(chunk - last <= step * rounds, "{count} in {max}: last round {last} of {chunk}");
+        }
     }
 
     #[test]
