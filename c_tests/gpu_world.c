@@ -2,6 +2,9 @@
 #include "gpu_world.h"
 
 #include <dirent.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -641,18 +644,29 @@ void tw_measure(const struct tw *tw, struct tw_res *out) {
   }
   out->fds = count_dir("/proc/self/fd") - 1; /* minus the directory's own descriptor */
   out->threads = count_dir("/proc/self/task");
+  out->heap_kb = -1;
+#if defined(__GLIBC__)
+  /* Free heap pages that malloc keeps (per-thread arenas, fragments) are not
+   * a leak: hand them back first, and count what is still handed out. */
+  malloc_trim(0);
+#if __GLIBC_PREREQ(2, 33)
+  struct mallinfo2 mi = mallinfo2();
+  out->heap_kb = (long)((mi.uordblks + mi.hblkhd) / 1024);
+#endif
+#endif
   out->rss_kb = rss_kb();
 }
 
-void tw_measure_settled(const struct tw *tw, const struct tw_res *base, double settle_s, struct tw_res *out) {
+void tw_measure_settled(struct tw *tw, const struct tw_res *base, double settle_s, struct tw_res *out) {
   double deadline = tu_now() + settle_s;
   for (;;) {
     tw_measure(tw, out);
     int ok = out->fds <= base->fds && out->threads <= base->threads;
     for (int i = 0; i < tw->nlocal; i++) ok &= out->free_mem[i] >= base->free_mem[i];
-    if (ok || tu_now() > deadline) return;
+    if (ok || tu_now() > deadline) break;
     tw_sleep(0.05);
   }
+  tw_host_barrier(tw, "measured");
 }
 
 /* ---- set-up and the main driver ------------------------------------------------- */

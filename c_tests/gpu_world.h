@@ -306,12 +306,15 @@ void tw_deregister(struct tw *tw, void *const *handle);
 struct tw_res {
   size_t free_mem[TW_MAX_RANKS]; /* cuMemGetInfo free bytes per local rank's device */
   int fds, threads;
-  long rss_kb;
+  long rss_kb;  /* resident memory after returning free heap pages (malloc_trim) */
+  long heap_kb; /* bytes malloc has handed out and not had back (mallinfo2), -1 if unknown */
 };
 void tw_measure(const struct tw *tw, struct tw_res *out);
 /* Poll (up to settle_s) until fds and threads equal `base` (and free memory
- * is at least base's); returns the last measurement in *out. */
-void tw_measure_settled(const struct tw *tw, const struct tw_res *base, double settle_s, struct tw_res *out);
+ * is at least base's); returns the last measurement in *out. Collective: it
+ * ends with a host barrier, so that no rank's next allocation lands in
+ * another process's measurement of a GPU they share. */
+void tw_measure_settled(struct tw *tw, const struct tw_res *base, double settle_s, struct tw_res *out);
 
 /* Sleep for s seconds (restarts after signals). */
 void tw_sleep(double s);

@@ -19,7 +19,10 @@
  * way through each phase to its end (a one-time growth in the first cycles,
  * e.g. an allocator's high-water mark, is not a leak). All numbers are
  * printed. SYMM_TEST_ALLOC_CYCLES and SYMM_TEST_INIT_CYCLES
- * change the cycle counts (to see whether a growth is per cycle).
+ * change the cycle counts, and SYMM_TEST_LEAK_TRACE=1 prints the resident
+ * memory and malloc's bytes in use before every init cycle (to see whether
+ * a growth is per cycle). Resident memory is measured after malloc_trim,
+ * so that heap pages malloc merely keeps do not count.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +91,19 @@ static void print_res(struct tw *tw, const char *label, const struct tw_res *m) 
   for (int i = 0; i < tw->nlocal && len < sizeof mem; i++)
     len += (size_t)snprintf(mem + len, sizeof mem - len, "%sdevice %d free %zu B", i ? ", " : "", tw->r[i].device,
                             m->free_mem[i]);
-  tw_log(tw, "%-22s %s; fds %d; threads %d; RSS %ld KiB", label, mem, m->fds, m->threads, m->rss_kb);
+  tw_log(tw, "%-22s %s; fds %d; threads %d; RSS %ld KiB; heap in use %ld KiB", label, mem, m->fds, m->threads,
+         m->rss_kb, m->heap_kb);
+}
+
+/* SYMM_TEST_LEAK_TRACE=1: resident memory and heap before every cycle, to
+ * tell a per-cycle growth from a one-time one. */
+static void trace(struct tw *tw, const char *phase, int k) {
+  static int on = -1;
+  if (on < 0) on = getenv("SYMM_TEST_LEAK_TRACE") && atoi(getenv("SYMM_TEST_LEAK_TRACE")) > 0;
+  if (!on) return;
+  struct tw_res m;
+  tw_measure(tw, &m);
+  tw_log(tw, "%s cycle %d: RSS %ld KiB, heap in use %ld KiB", phase, k, m.rss_kb, m.heap_kb);
 }
 
 /* Baseline: the same values twice in a row, 100 ms apart (up to 3 s). */
@@ -115,9 +130,10 @@ static void compare(struct tw *tw, const char *phase, const struct tw_res *befor
              "%s: device %d has %lld bytes less free memory than before (%zu -> %zu)", phase, r->device, -diff,
              before->free_mem[i], after->free_mem[i]);
   }
-  tw_log(tw, "%s: fds %d -> %d, threads %d -> %d, RSS %ld -> %ld KiB (%+ld; %+ld from cycle %d to the end)", phase,
-         before->fds, after->fds, before->threads, after->threads, before->rss_kb, after->rss_kb,
-         after->rss_kb - before->rss_kb, after->rss_kb - rss_mid_kb, mid_cycle);
+  tw_log(tw, "%s: fds %d -> %d, threads %d -> %d, RSS %ld -> %ld KiB (%+ld; %+ld from cycle %d to the end), heap in use "
+         "%ld -> %ld KiB", phase, before->fds, after->fds, before->threads, after->threads, before->rss_kb,
+         after->rss_kb, after->rss_kb - before->rss_kb, after->rss_kb - rss_mid_kb, mid_cycle, before->heap_kb,
+         after->heap_kb);
   TW_CHECK(&tw->r[0], after->fds <= before->fds, "%s: %d open file descriptors, %d before", phase, after->fds,
            before->fds);
   TW_CHECK(&tw->r[0], after->threads <= before->threads, "%s: %d threads, %d before", phase, after->threads,
@@ -171,6 +187,7 @@ static void body(struct tw *tw, void *ctx) {
   const int init_mid = init_cycles / 4;
   for (int k = 0; k < init_cycles; k++) {
     if (k == init_mid) tw_measure(tw, &mid);
+    trace(tw, "init", k);
     tw_phase("init cycle %d", k);
     double c0 = tu_now();
     if (tw_init_comms(tw) != symmSuccess) {
