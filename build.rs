@@ -34,7 +34,7 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/exports.map");
     println!("cargo:rerun-if-changed=scripts/find-nvcc");
-    for var in ["CUDA_HOME", "CUDA_PATH", "PATH", "NVCC_CCBIN"] {
+    for var in ["CUDA_HOME", "CUDA_PATH", "PATH", "NVCC_CCBIN", "SYMM_KERNEL_CACHE_DIR"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -60,7 +60,12 @@ fn main() {
     }
     let toolchain_key = format!("{}\n{}\n{}", nvcc.display(), nvcc_version(&nvcc), flags.join(" "));
 
-    let cache = out.join("kernel-cache");
+    // SYMM_KERNEL_CACHE_DIR lets several checkouts (worktrees) share one
+    // cache: entries are named by content key, so sharing is safe, and a
+    // shared cache keeps more old entries per family.
+    let shared_cache = env::var_os("SYMM_KERNEL_CACHE_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
+    let keep_old = if shared_cache.is_some() { 8 } else { 2 };
+    let cache = shared_cache.unwrap_or_else(|| out.join("kernel-cache"));
     std::fs::create_dir_all(&cache).expect("create the kernel cache directory");
     let families: Vec<Family> = sources
         .iter()
@@ -71,7 +76,7 @@ fn main() {
             Family { name, src: src.clone(), fatbin }
         })
         .collect();
-    remove_stale(&cache, &families);
+    remove_stale(&cache, &families, keep_old, keep_old > 2);
 
     let stale: Vec<&Family> = families.iter().filter(|f| !f.fatbin.is_file()).collect();
     compile_all(&nvcc, &flags, &stale);
@@ -134,7 +139,8 @@ fn compile_all(nvcc: &Path, flags: &[String], stale: &[&Family]) {
 fn compile(nvcc: &Path, flags: &[String], f: &Family) -> Result<(), String> {
     // Write beside the final name, then rename: an interrupted build never
     // leaves a truncated fatbin under a valid cache key.
-    let partial = f.fatbin.with_extension("partial");
+    // The process id keeps two checkouts sharing a cache apart.
+    let partial = f.fatbin.with_extension(format!("{}.partial", std::process::id()));
     let mut cmd = Command::new(nvcc);
     cmd.arg("-fatbin").args(flags).arg("-o").arg(&partial).arg(&f.src);
     let started = Instant::now();
@@ -153,9 +159,9 @@ fn compile(nvcc: &Path, flags: &[String], f: &Family) -> Result<(), String> {
     Ok(())
 }
 
-/// Keep the current entry and the two newest others of each family (so
-/// undoing an edit is a cache hit); drop the rest and anything unknown.
-fn remove_stale(cache: &Path, families: &[Family]) {
+/// Keep the current entry and the `keep_old` newest others of each family
+/// (so undoing an edit is a cache hit); drop the rest and anything unknown.
+fn remove_stale(cache: &Path, families: &[Family], keep_old: usize, shared: bool) {
     let mut entries: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(cache)
         .into_iter()
         .flatten()
@@ -172,9 +178,11 @@ fn remove_stale(cache: &Path, families: &[Family]) {
             Some(f) if name.ends_with(".fatbin") => {
                 let kept = kept_per_family.entry(f.name.as_str()).or_default();
                 *kept += 1;
-                *kept <= 2
+                *kept <= keep_old
             }
-            _ => false,
+            // A shared cache also holds other checkouts' families and
+            // their compiles in flight.
+            _ => shared && (name.ends_with(".partial") || name.ends_with(".fatbin")),
         };
         if !keep {
             let _ = std::fs::remove_file(&path);
