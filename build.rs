@@ -58,7 +58,11 @@ fn main() {
     if let Ok(ccbin) = env::var("NVCC_CCBIN") {
         flags.push(format!("-ccbin={ccbin}"));
     }
-    let toolchain_key = format!("{}\n{}\n{}", nvcc.display(), nvcc_version(&nvcc), flags.join(" "));
+    // The key names the compiler by its version, not its path, and leaves out
+    // the checkout's own -I path (the headers' contents are hashed instead),
+    // so checkouts sharing SYMM_KERNEL_CACHE_DIR hit each other's entries.
+    let keyed_flags: Vec<&str> = flags.iter().map(String::as_str).filter(|f| !f.starts_with("-I")).collect();
+    let toolchain_key = format!("{}\n{}", nvcc_version(&nvcc), keyed_flags.join(" "));
 
     // SYMM_KERNEL_CACHE_DIR lets several checkouts (worktrees) share one
     // cache: entries are named by content key, so sharing is safe, and a
@@ -182,7 +186,7 @@ fn remove_stale(cache: &Path, families: &[Family], keep_old: usize, shared: bool
             }
             // A shared cache also holds other checkouts' families and
             // their compiles in flight.
-            _ => shared && (name.ends_with(".partial") || name.ends_with(".fatbin")),
+            _ => shared,
         };
         if !keep {
             let _ = std::fs::remove_file(&path);
