@@ -27,6 +27,8 @@ class BuildPy(build_py):
             f"SOURCE_REPOSITORY = {repo!r}\n"
         )
         bundle = os.environ.get("SYMMCOMM_BUNDLE_LIBRARY")
+        # build/ outlives a build: never let an earlier bundle ride along.
+        shutil.rmtree(pkg / "lib", ignore_errors=True)
         if bundle:
             if not Path(bundle).is_file():
                 raise SystemExit(f"SYMMCOMM_BUNDLE_LIBRARY={bundle}: no such file")

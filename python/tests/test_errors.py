@@ -113,3 +113,22 @@ def test_group_calls_balance(lib):
             raise KeyError("body")
     symmcomm.group_start(lib)
     symmcomm.group_end(lib)
+
+
+def _has_cuda_driver() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_has_cuda_driver(), reason="this machine has a CUDA driver")
+def test_no_driver_is_a_cuda_error_with_the_reason(lib):
+    # One rank needs no peer: the call reaches the device step and says why it failed.
+    with pytest.raises(symmcomm.SymmCudaError) as e:
+        symmcomm.Communicator.from_unique_id(symmcomm.get_unique_id(lib), 0, 1, library=lib)
+    assert e.value.code == Result.UnhandledCudaError
+    assert "libcuda.so.1" in e.value.message

@@ -33,6 +33,23 @@ from symmcomm import ReduceOp  # noqa: E402
 
 CHECKS = []
 
+try:  # Triton kernels of the checks are module-level (Triton resolves globals)
+    import triton
+    import triton.language as tl
+
+    import symmcomm.triton as symm_triton
+
+    TRITON_MISSING = ""
+
+    @triton.jit
+    def _wait_forever(pads, src, status, timeout, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
+        ok = symm_triton.wait_signal(pads, src, 77, RANK, WORLD_SIZE, status, timeout)
+        # After a recorded timeout every later wait gives up at once.
+        ok2 = symm_triton.blockwise_barrier(pads, 60000 // WORLD_SIZE, RANK, WORLD_SIZE, status, timeout)
+        tl.store(status + 7, ok + 10 * ok2)
+except ImportError as _e:
+    TRITON_MISSING = str(_e)
+
 
 class Skip(Exception):
     pass
@@ -353,13 +370,14 @@ def signals_and_stream_values(c: Ctx):
     peer_pad = hdl.get_signal_pad(nxt)
     symm_mem.stream_write_value32(peer_pad, word + R, 7 + R)
     hdl.barrier()
-    c.expect(int(pad[word + prv].to(torch.int64)) == 7 + prv, "stream_write_value32 into a peer's pad")
+    words = pad.view(torch.int32)  # uint32 has few CUDA kernels in torch
+    c.expect(int(words[word + prv]) == 7 + prv, "stream_write_value32 into a peer's pad")
     hdl.memset32(pad, word, 0, W)
     torch.cuda.synchronize()
-    c.expect(int(pad[word:word + W].to(torch.int64).abs().sum()) == 0, "memset32 cleared the words")
+    c.expect(int(words[word:word + W].abs().sum()) == 0, "memset32 cleared the words")
     hdl.barrier()
     torch.cuda.synchronize()
-    del t, hdl, pad, peer_pad
+    del t, hdl, pad, peer_pad, words
     symm_mem.collect()
 
 
@@ -370,6 +388,7 @@ def lifetime_rules(c: Ctx):
     referenced."""
     comm, dev, W, R = c.comm, c.device, c.world, c.rank
     reg = comm._memory
+    symm_mem.collect()  # start from no garbage
     base = len(reg._allocations)
     a = symm_mem.empty(1024, dtype=torch.float32, device=dev)
     view = a[10:20]
@@ -469,10 +488,8 @@ def _load_example():
 def triton_one_shot_example(c: Ctx):
     """examples/python/one_shot_all_reduce_triton.py: right for bf16/fp16/fp32
     and several sizes, eagerly and replayed from a CUDA graph."""
-    try:
-        import symmcomm.triton as symm_triton
-    except ImportError as e:
-        raise Skip(str(e))
+    if TRITON_MISSING:
+        raise Skip(TRITON_MISSING)
     ex = _load_example()
     dev, W, R = c.device, c.world, c.rank
     status = symm_triton.new_status(dev)
@@ -508,27 +525,15 @@ def triton_one_shot_example(c: Ctx):
 def triton_bounded_wait(c: Ctx):
     """A Triton wait for a signal that never comes gives up after its bound,
     and check_status raises SymmTimeoutError naming the peer."""
-    try:
-        import triton
-        import triton.language as tl
-
-        import symmcomm.triton as symm_triton
-    except ImportError as e:
-        raise Skip(str(e))
-
-    @triton.jit
-    def wait_forever(pads, src, status, timeout, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
-        ok = symm_triton.wait_signal(pads, src, 77, RANK, WORLD_SIZE, status, timeout)
-        ok2 = symm_triton.blockwise_barrier(pads, 60000 // WORLD_SIZE, RANK, WORLD_SIZE, status, timeout)
-        tl.store(status + 7, ok + 10 * ok2)
-
+    if TRITON_MISSING:
+        raise Skip(TRITON_MISSING)
     dev, W, R = c.device, c.world, c.rank
     t = symm_mem.empty(16, dtype=torch.float32, device=dev)
     hdl = symm_mem.rendezvous(t)
     if R == 0:
         status = symm_triton.new_status(dev)
         start = time.monotonic()
-        wait_forever[(1,)](hdl.signal_pad_ptrs_dev, 1, status, symm_triton.timeout_ns(0.5), RANK=0, WORLD_SIZE=W)
+        _wait_forever[(1,)](hdl.signal_pad_ptrs_dev, 1, status, symm_triton.timeout_ns(0.5), RANK=0, WORLD_SIZE=W)
         try:
             symm_triton.check_status(status, "bounded-wait test")
             c.expect(False, "the wait did not give up")
