@@ -548,13 +548,13 @@ class Communicator:
         return self._memory.collect()
 
     # -------------------------------------------------------- fused ops ---
-    def all_gather_matmul(self, a_shard, b, **kwargs):
+    def all_gather_matmul(self, a_shard, b=None, **kwargs):
         """See symmcomm.all_gather_matmul."""
         from . import fused
 
         return fused.all_gather_matmul(a_shard, b, comm=self, **kwargs)
 
-    def matmul_reduce_scatter(self, a, b, **kwargs):
+    def matmul_reduce_scatter(self, a, b=None, **kwargs):
         """See symmcomm.matmul_reduce_scatter."""
         from . import fused
 

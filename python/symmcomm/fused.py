@@ -2,8 +2,8 @@
 symmMatmulReduceScatter) on torch tensors, returning tensors.
 
 Shapes follow ``torch.matmul``: ``b`` is logically ``k x n``. A weight kept
-as ``n x k`` (``nn.Linear.weight``) is passed as ``weight.t()``, exactly as
-``torch._scaled_mm`` wants it: the layout of ``b`` (row-major ``k x n``, or
+as ``n x k`` (``nn.Linear.weight``) is passed as ``weight=w`` (the same as
+``b=w.t()``, which is how ``torch._scaled_mm`` wants it): the layout of ``b`` (row-major ``k x n``, or
 column-major, i.e. an ``n x k`` row-major buffer) picks the C call's
 ``transB``, so no copy is made. fp8 inputs (float8_e4m3fn/e5m2) take float32
 scales as ``torch._scaled_mm`` does: one element each (per tensor), or one
@@ -139,13 +139,25 @@ def _desc(lib, a_type, b_type, c_type, trans_b, lda, ldb, ldc, beta, mode, a_sca
     return desc
 
 
-def all_gather_matmul(a_shard, b, *, comm=None, group=None, out=None, out_dtype=None, a_scale=None, b_scale=None,
-                      beta: float = 0.0, return_gathered: bool = False, gathered_out=None,
-                      chunks_per_rank: int = 0, stream=None):
+def _weight_or_b(b, weight):
+    if weight is None:
+        if b is None:
+            raise invalid("pass b (k x n) or weight= (n x k, as nn.Linear keeps it)")
+        return b
+    if b is not None:
+        raise invalid("pass b (k x n) or weight= (n x k), not both")
+    if getattr(weight, "dim", lambda: 0)() != 2:
+        raise invalid("weight must be a matrix (n x k)")
+    return weight.t()
+
+
+def all_gather_matmul(a_shard, b=None, *, weight=None, comm=None, group=None, out=None, out_dtype=None,
+                      a_scale=None, b_scale=None, beta: float = 0.0, return_gathered: bool = False,
+                      gathered_out=None, chunks_per_rank: int = 0, stream=None):
     """``all_gather(a_shard) @ b``, pipelined: each rank's ``a_shard``
     (``m_shard x k``, row-major) is gathered along rows while the matmul
-    runs chunk by chunk (symmAllGatherMatmul). ``b`` is ``k x n`` (pass an
-    ``n x k`` weight as ``weight.t()``). Returns the
+    runs chunk by chunk (symmAllGatherMatmul). ``b`` is ``k x n``; an
+    ``n x k`` weight goes as ``weight=w`` (or ``b=w.t()``). Returns the
     ``(world_size * m_shard) x n`` output (``out=`` to supply it; with
     ``beta`` it accumulates ``beta * out``), or ``(output, gathered A)``
     when ``return_gathered`` (or ``gathered_out=``) asks for the gathered A.
@@ -155,6 +167,7 @@ def all_gather_matmul(a_shard, b, *, comm=None, group=None, out=None, out_dtype=
     comm = _comm(comm, group)
     lib = comm.library
     lib.fn("symmAllGatherMatmul")  # a clear error when the library predates the fused ops
+    b = _weight_or_b(b, weight)
     _matrix(a_shard, "a_shard", comm)
     _matrix(b, "b", comm)
     m_shard, k = a_shard.shape
@@ -182,17 +195,18 @@ def all_gather_matmul(a_shard, b, *, comm=None, group=None, out=None, out_dtype=
     return (out, gathered_out) if gathered_out is not None else out
 
 
-def matmul_reduce_scatter(a, b, *, comm=None, group=None, out=None, out_dtype=None, a_scale=None, b_scale=None,
-                          beta: float = 0.0, chunks_per_rank: int = 0, stream=None):
+def matmul_reduce_scatter(a, b=None, *, weight=None, comm=None, group=None, out=None, out_dtype=None,
+                          a_scale=None, b_scale=None, beta: float = 0.0, chunks_per_rank: int = 0, stream=None):
     """``reduce_scatter(a @ b)`` over rows, summed: ``a`` is ``m x k_shard``
-    (row-major), ``b`` is ``k_shard x n`` (pass an ``n x k_shard`` weight as
-    ``weight.t()``); each rank gets rows ``[rank * m / world_size, ...)``,
+    (row-major), ``b`` is ``k_shard x n`` (an ``n x k_shard`` weight goes as
+    ``weight=w`` or ``b=w.t()``); each rank gets rows ``[rank * m / world_size, ...)``,
     an ``(m / world_size) x n`` tensor (returned; ``out=`` to supply it).
     fp8 scales as in the module docstring (row-wise ``a_scale``: one per row
     of ``a``). Collective (symmMatmulReduceScatter)."""
     comm = _comm(comm, group)
     lib = comm.library
     lib.fn("symmMatmulReduceScatter")
+    b = _weight_or_b(b, weight)
     _matrix(a, "a", comm)
     _matrix(b, "b", comm)
     m, k_shard = a.shape

@@ -42,6 +42,8 @@ def test_tensor_features_say_they_need_torch():
         symm_mem.empty(4)
     with pytest.raises(ImportError, match="needs PyTorch"):
         symmcomm.Communicator()
+    with pytest.raises(ImportError, match="needs PyTorch"):
+        symmcomm.all_gather_matmul(None, weight=None)
 
 
 def test_dtype_names_without_torch():

@@ -584,7 +584,7 @@ def fused_ops(c: Ctx):
             a_parts = [rand(200 + r, (m, k), dtype) for r in range(W)]
             w_parts = [rand(300 + r, (n, k), dtype) for r in range(W)]
             total = sum(a_parts[r].float() @ w_parts[r].float().t() for r in range(W))
-            rs = comm.matmul_reduce_scatter(a_parts[R], w_parts[R].t())
+            rs = comm.matmul_reduce_scatter(a_parts[R], weight=w_parts[R])
             ok, err = close(rs, total[R * m_shard:(R + 1) * m_shard], tol[dtype] * W)
             c.expect(rs.shape == (m_shard, n) and ok, f"matmul_reduce_scatter {dtype} {m}x{k}x{n}: {err}")
     fp8 = torch.float8_e4m3fn
