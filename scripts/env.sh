@@ -33,3 +33,8 @@ cmake_ok() {
 # and its library is the fallback the CPU tests forward to.
 NCCL_PIP_PIN="nvidia-nccl-cu13==2.28.9"
 NCCL_HOME="$PWD/.toolchain/nccl/nvidia/nccl"   # include/nccl.h, lib/libnccl.so.2
+
+# pytest for the Python package's tests (python/tests), when the machine's
+# python3 has none: pinned with its dependencies, into .toolchain/pytest.
+PYTEST_PIP_PINS=("pytest==8.3.5" "pluggy==1.5.0" "iniconfig==2.0.0" "packaging==24.2")
+PYTEST_HOME="$PWD/.toolchain/pytest"

@@ -1,0 +1,573 @@
+"""Communicator: a symmcomm communicator driven from Python, with
+collectives on torch tensors.
+
+Everything is enqueued on a CUDA stream (``stream=`` is a torch.cuda.Stream,
+a raw cudaStream_t, or None for torch's current stream) and returns at once;
+nothing synchronises the host, so every collective can be captured in a
+CUDA graph. Errors raise SymmError subclasses carrying the result code and
+the library's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+import time
+from typing import Iterable, NamedTuple
+
+from . import _library
+from ._torch import (
+    check_tensor,
+    current_device,
+    invalid,
+    movement_type,
+    not_supported,
+    optional_torch,
+    reduction_type,
+    require_torch,
+    stream_handle,
+)
+from ._types import SPLIT_NOCOLOR, UNIQUE_ID_BYTES, ReduceOp, Result, reduce_op_for
+from .errors import SymmInvalidUsageError, error_for
+
+__all__ = ["Communicator", "P2POp", "get_unique_id", "group", "group_start", "group_end"]
+
+
+def get_unique_id(library: _library.SymmLibrary | None = None) -> bytes:
+    """A new 128-byte unique id (symmGetUniqueId). This process then hosts
+    the rendezvous root until the group forms or SYMM_BOOTSTRAP_TIMEOUT
+    passes; hand the bytes to every rank (``uid.hex()`` travels as text)."""
+    return (library or _library.library()).symmGetUniqueId()
+
+
+def _unique_id_bytes(unique_id) -> bytes:
+    if isinstance(unique_id, str):
+        try:
+            unique_id = bytes.fromhex(unique_id)
+        except ValueError:
+            raise invalid("unique_id is a str but not hex (pass the bytes, or bytes.hex())") from None
+    try:
+        raw = bytes(memoryview(unique_id))
+    except TypeError:
+        raise invalid(f"unique_id must be bytes from get_unique_id(), not {type(unique_id).__name__}") from None
+    if len(raw) != UNIQUE_ID_BYTES:
+        raise invalid(f"unique_id has {len(raw)} bytes; a symmcomm unique id has {UNIQUE_ID_BYTES}")
+    return raw
+
+
+def _int_arg(value, name: str) -> int:
+    if isinstance(value, bool):
+        raise invalid(f"{name} must be an int, not bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise invalid(f"{name} must be an int, not {type(value).__name__}") from None
+
+
+def _device_index(device) -> int | None:
+    """An int device ordinal from an int, "cuda:N", or a torch.device."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        if device < 0:
+            raise invalid(f"device {device} is negative")
+        return device
+    if isinstance(device, str):
+        if device == "cuda":
+            torch = require_torch("device='cuda'")
+            return torch.cuda.current_device()
+        if device.startswith("cuda:") and device[5:].isdigit():
+            return int(device[5:])
+        raise invalid(f"device {device!r} is not a CUDA device (use an int, 'cuda:N' or torch.device)")
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if kind == "cuda":
+        if index is None:
+            return require_torch("torch.device('cuda')").cuda.current_device()
+        return int(index)
+    raise invalid(f"device {device!r} is not a CUDA device")
+
+
+class P2POp(NamedTuple):
+    """One send or receive of a batch (see Communicator.batch_isend_irecv).
+    ``op`` is "send"/"recv" (or isend/irecv/send/recv functions, matched by
+    name); ``peer`` is a rank of the communicator."""
+
+    op: object
+    tensor: object
+    peer: int
+
+
+_GROUP_DEPTH = threading.local()
+
+
+def group_start(library: _library.SymmLibrary | None = None) -> None:
+    """symmGroupStart: queue this thread's collective host calls and sends/
+    receives until the matching group_end (nestable, as NCCL's)."""
+    (library or _library.library()).symmGroupStart()
+    _GROUP_DEPTH.n = getattr(_GROUP_DEPTH, "n", 0) + 1
+
+
+def group_end(library: _library.SymmLibrary | None = None) -> None:
+    """symmGroupEnd: run what the outermost group queued."""
+    _GROUP_DEPTH.n = max(getattr(_GROUP_DEPTH, "n", 0) - 1, 0)
+    (library or _library.library()).symmGroupEnd()
+
+
+@contextlib.contextmanager
+def group(library: _library.SymmLibrary | None = None):
+    """``with symmcomm.group(): ...`` = group_start() ... group_end(). The
+    group is ended also when the body raises (the body's error wins)."""
+    group_start(library)
+    try:
+        yield
+    except BaseException:
+        try:
+            group_end(library)
+        except Exception:
+            pass
+        raise
+    group_end(library)
+
+
+def in_group() -> bool:
+    return getattr(_GROUP_DEPTH, "n", 0) > 0
+
+
+class Communicator:
+    """A symmcomm communicator for this process's rank.
+
+    Make one from a torch.distributed process group (any backend; the
+    unique id travels over the group, or through ``store`` when given)::
+
+        comm = Communicator(group)            # or Communicator() for WORLD
+
+    or from an id every rank received by its own means::
+
+        comm = Communicator.from_unique_id(uid, rank, world_size, device=0)
+
+    The device is, in order: ``device=``, the group's bound device
+    (``init_process_group(device_id=...)``), torch's current device.
+    Destroy it explicitly (``destroy()``/``abort()``, or use it as a context
+    manager) as with NCCL; a communicator is never destroyed by the garbage
+    collector.
+    """
+
+    _group_counters: dict = {}
+    _counter_lock = threading.Lock()
+
+    def __init__(self, group=None, device=None, *, store=None, library: _library.SymmLibrary | None = None):
+        torch = require_torch("Communicator(group)")
+        dist = torch.distributed
+        if not dist.is_available() or not dist.is_initialized():
+            raise invalid(
+                "torch.distributed is not initialized: call init_process_group() first, "
+                "or use Communicator.from_unique_id(uid, rank, world_size)"
+            )
+        group = dist.group.WORLD if group is None else group
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if rank < 0:
+            raise invalid("this process is not a member of the group")
+        index = _device_index(device)
+        if index is None:
+            bound = getattr(group, "bound_device_id", None)
+            index = bound.index if bound is not None and bound.index is not None else torch.cuda.current_device()
+        lib = library or _library.library()
+        with current_device(index):
+            uid = lib.symmGetUniqueId() if rank == 0 else None
+            uid = self._exchange_unique_id(uid, group, rank, store)
+        self._init(lib, world, uid, rank, index)
+        self.group = group
+        # The group's first communicator is also the one its symmetric
+        # tensors use (symmetric_memory.empty(..., group=group)).
+        from . import symmetric_memory
+
+        symmetric_memory._register_default(group, self)
+
+    @classmethod
+    def from_group(cls, group=None, device=None, *, store=None, library=None) -> "Communicator":
+        """Same as ``Communicator(group, device, store=...)``."""
+        return cls(group, device, store=store, library=library)
+
+    @classmethod
+    def from_unique_id(cls, unique_id, rank: int, world_size: int, device=None, *,
+                       library: _library.SymmLibrary | None = None) -> "Communicator":
+        """Join the group of ``unique_id`` (from get_unique_id on one process,
+        bytes or its hex) as ``rank`` of ``world_size`` (symmCommInitRank).
+        Collective: every rank calls it."""
+        uid = _unique_id_bytes(unique_id)
+        rank, world_size = _int_arg(rank, "rank"), _int_arg(world_size, "world_size")
+        index = _device_index(device)
+        if index is None:
+            torch = optional_torch()
+            index = torch.cuda.current_device() if torch is not None else None
+        self = cls.__new__(cls)
+        self._init(library or _library.library(), world_size, uid, rank, index)
+        self.group = None
+        return self
+
+    @classmethod
+    def _from_handle(cls, lib, handle: int, group=None) -> "Communicator":
+        self = cls.__new__(cls)
+        self._adopt(lib, handle)
+        self.group = group
+        return self
+
+    def _init(self, lib, nranks: int, uid: bytes, rank: int, index: int | None) -> None:
+        if index is None:
+            handle = lib.symmCommInitRank(nranks, uid, rank)
+        else:
+            with current_device(index):
+                handle = lib.symmCommInitRank(nranks, uid, rank)
+        self._adopt(lib, handle)
+
+    def _adopt(self, lib, handle: int) -> None:
+        from . import _memory
+
+        self._lib = lib
+        self._handle = handle
+        self._aborted = False
+        try:
+            self.rank = lib.symmCommUserRank(handle)
+            self.world_size = lib.symmCommCount(handle)
+            self.device_index = lib.symmCommCuDevice(handle)
+        except BaseException:
+            lib.symmCommDestroy(handle)
+            raise
+        self._memory = _memory.Registry(self)
+
+    @staticmethod
+    def _exchange_unique_id(uid, group, rank: int, store) -> bytes:
+        torch = require_torch("Communicator(group)")
+        dist = torch.distributed
+        if store is not None:
+            with Communicator._counter_lock:
+                key_base = f"symmcomm/unique_id/{getattr(group, 'group_name', id(group))}"
+                n = Communicator._group_counters.get(key_base, 0)
+                Communicator._group_counters[key_base] = n + 1
+            key = f"{key_base}/{n}"
+            if rank == 0:
+                store.set(key, uid)
+                return uid
+            got = store.get(key)
+            return bytes(got)
+        objs = [uid]
+        dist.broadcast_object_list(objs, src=dist.get_global_rank(group, 0), group=group)
+        return _unique_id_bytes(objs[0])
+
+    # ------------------------------------------------------------ state ---
+    @property
+    def handle(self) -> int:
+        """The symmComm_t (an int); SymmInvalidUsageError once destroyed."""
+        if self._handle is None:
+            raise SymmInvalidUsageError(int(Result.InvalidUsage), "the communicator was destroyed or aborted")
+        return self._handle
+
+    @property
+    def library(self) -> _library.SymmLibrary:
+        return self._lib
+
+    @property
+    def device(self):
+        """torch.device('cuda', index) (the int index without torch)."""
+        torch = optional_torch()
+        return torch.device("cuda", self.device_index) if torch is not None else self.device_index
+
+    @property
+    def destroyed(self) -> bool:
+        return self._handle is None
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self._handle is None else f"handle={self._handle:#x}"
+        return (f"<symmcomm.Communicator rank {getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')} "
+                f"on cuda:{getattr(self, 'device_index', '?')} {state}>")
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._handle is not None:
+            if exc_type is None:
+                self.destroy()
+            else:
+                self.abort()
+
+    def split(self, color: int | None, key: int | None = None) -> "Communicator | None":
+        """symmCommSplit: a new communicator of the ranks that pass the same
+        ``color``, ordered by ``key`` (default: this rank) then by rank.
+        ``color=None`` (or SPLIT_NOCOLOR) takes no part and returns None.
+        Collective over this communicator."""
+        color = SPLIT_NOCOLOR if color is None else _int_arg(color, "color")
+        if color < 0 and color != SPLIT_NOCOLOR:
+            raise invalid(f"color {color} is negative; use a color >= 0 or None (no color)")
+        key = self.rank if key is None else _int_arg(key, "key")
+        handle = self._lib.symmCommSplit(self.handle, color, key)
+        return None if handle is None else Communicator._from_handle(self._lib, handle)
+
+    def destroy(self, force: bool = False) -> None:
+        """symmCommDestroy (local; waits for this device's work, then frees
+        everything, symmetric memory included). Refuses while symmetric
+        tensors, views or handles of this communicator are still referenced
+        here, since their memory would go with it; ``force=True`` destroys
+        anyway and empties the tensors it handed out (views of them must not
+        be used afterwards)."""
+        if self._handle is None:
+            return
+        if not force:
+            live = self._memory.referenced()
+            if live:
+                raise SymmInvalidUsageError(
+                    int(Result.InvalidUsage),
+                    f"{len(live)} symmetric allocation(s) of this communicator are still referenced "
+                    f"({', '.join(live[:4])}{', ...' if len(live) > 4 else ''}): drop those tensors, views "
+                    "and handles (del) before destroy(), or pass force=True",
+                )
+        self._memory.invalidate()
+        handle, self._handle = self._handle, None
+        self._lib.symmCommDestroy(handle)
+
+    def abort(self) -> None:
+        """symmCommAbort: unblock anything waiting on this communicator, then
+        release it. Always goes ahead; symmetric tensors handed out are
+        emptied, and views of them must not be used afterwards."""
+        if self._handle is None:
+            return
+        self._aborted = True
+        self._memory.invalidate()
+        handle, self._handle = self._handle, None
+        self._lib.symmCommAbort(handle)
+
+    def get_async_error(self) -> Result:
+        """The asynchronous error (device timeout, abort, mismatch) or
+        Result.Success; never raises for the error itself."""
+        return Result(self._lib.symmCommGetAsyncError(self.handle))
+
+    def check_async_error(self) -> None:
+        """Raise the asynchronous error, if any, with the library's message
+        (e.g. SymmTimeoutError naming the rank, operation and peer)."""
+        code = self._lib.symmCommGetAsyncError(self.handle)
+        if code != 0:
+            raise error_for(code, self._lib.symmGetLastError(self.handle), "symmCommGetAsyncError")
+
+    def synchronize(self, stream=None, timeout: float | None = None, poll_interval: float = 1e-3) -> None:
+        """Wait for ``stream``'s work while polling the asynchronous error:
+        returns when the work is done, raises the error as soon as there is
+        one (a device wait that gave up, an abort), or SymmTimeoutError after
+        ``timeout`` seconds."""
+        torch = require_torch("synchronize")
+        s = self._torch_stream(stream)
+        event = torch.cuda.Event()
+        event.record(s)
+        start = time.monotonic()
+        while not event.query():
+            self.check_async_error()
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise error_for(int(Result.Timeout), f"the stream's work did not finish within {timeout} s",
+                                "synchronize")
+            time.sleep(poll_interval)
+        self.check_async_error()
+
+    def set_copy_engine(self, enable: bool) -> None:
+        """symmCommSetCopyEngine: all-gather and reduce-scatter on the copy
+        engines (set it the same on every rank)."""
+        self._lib.symmCommSetCopyEngine(self.handle, enable)
+
+    # ---------------------------------------------------------- helpers ---
+    def _stream(self, stream) -> int | None:
+        return stream_handle(stream, self.device_index)
+
+    def _torch_stream(self, stream):
+        torch = require_torch("streams")
+        if stream is None:
+            return torch.cuda.current_stream(self.device_index)
+        if isinstance(stream, int):
+            return torch.cuda.ExternalStream(stream, device=self.device)
+        return stream
+
+    def _tensor(self, t, name: str):
+        return check_tensor(t, name, self.device_index)
+
+    def _peer(self, peer, name: str) -> int:
+        peer = _int_arg(peer, name)
+        if not 0 <= peer < self.world_size:
+            raise invalid(f"{name} {peer} is out of range for {self.world_size} ranks")
+        return peer
+
+    # ------------------------------------------------------ collectives ---
+    def all_reduce(self, tensor, op=ReduceOp.SUM, *, out=None, stream=None):
+        """out = op over ranks of ``tensor`` (in place when ``out`` is None).
+        Every op of symmRedOp_t; bool as logical or/and, complex sum/avg.
+        Returns the output tensor."""
+        self._tensor(tensor, "tensor")
+        out = tensor if out is None else self._same_as(out, tensor, "out")
+        dt, factor, rop = reduction_type(tensor.dtype, reduce_op_for(op))
+        self._lib.symmAllReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, rop,
+                                self.handle, self._stream(stream))
+        return out
+
+    def all_gather_into_tensor(self, output, input, *, stream=None):
+        """``output`` (world_size x input.numel() elements, rank r's block at r)
+        = every rank's ``input``. In place when ``input`` is this rank's block
+        of ``output``. Any dtype."""
+        self._tensor(output, "output")
+        self._tensor(input, "input")
+        self._same_dtype(output, input)
+        if output.numel() != input.numel() * self.world_size:
+            raise invalid(f"output has {output.numel()} elements; all-gather of {input.numel()} per rank "
+                          f"needs {input.numel() * self.world_size}")
+        dt, factor = movement_type(input.dtype)
+        self._lib.symmAllGather(input.data_ptr(), output.data_ptr(), input.numel() * factor, dt,
+                                self.handle, self._stream(stream))
+        return output
+
+    def reduce_scatter_tensor(self, output, input, op=ReduceOp.SUM, *, stream=None):
+        """``output`` = op over ranks of block ``rank`` of ``input`` (input has
+        world_size x output.numel() elements)."""
+        self._tensor(output, "output")
+        self._tensor(input, "input")
+        self._same_dtype(output, input)
+        if input.numel() != output.numel() * self.world_size:
+            raise invalid(f"input has {input.numel()} elements; reduce-scatter to {output.numel()} per rank "
+                          f"needs {output.numel() * self.world_size}")
+        dt, factor, rop = reduction_type(input.dtype, reduce_op_for(op))
+        self._lib.symmReduceScatter(input.data_ptr(), output.data_ptr(), output.numel() * factor, dt, rop,
+                                    self.handle, self._stream(stream))
+        return output
+
+    def broadcast(self, tensor, src: int, *, out=None, stream=None):
+        """Every rank's ``tensor`` (or ``out``) = rank ``src``'s ``tensor``."""
+        self._tensor(tensor, "tensor")
+        src = self._peer(src, "src")
+        out = tensor if out is None else self._same_as(out, tensor, "out")
+        dt, factor = movement_type(tensor.dtype)
+        self._lib.symmBroadcast(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, src,
+                                self.handle, self._stream(stream))
+        return out
+
+    def reduce(self, tensor, dst: int, op=ReduceOp.SUM, *, out=None, stream=None):
+        """Rank ``dst``'s ``tensor`` (or ``out``) = op over ranks of ``tensor``;
+        other ranks' outputs are not written."""
+        self._tensor(tensor, "tensor")
+        dst = self._peer(dst, "dst")
+        out = tensor if out is None else self._same_as(out, tensor, "out")
+        dt, factor, rop = reduction_type(tensor.dtype, reduce_op_for(op))
+        self._lib.symmReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, rop, dst,
+                             self.handle, self._stream(stream))
+        return out
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
+        """Equal-block all-to-all: block r of ``output`` = block ``rank`` of rank
+        r's ``input`` (blocks along dim 0, as torch.distributed's). Uneven
+        splits are not supported (SymmNotSupportedError)."""
+        self._tensor(output, "output")
+        self._tensor(input, "input")
+        self._same_dtype(output, input)
+        for name, splits in (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes)):
+            if splits is not None:
+                splits = list(splits)
+                if len(splits) != self.world_size or len(set(splits)) > 1:
+                    raise not_supported(f"{name}={splits}: symmcomm's all-to-all moves equal blocks only "
+                                        "(leave the split sizes out, or make them all equal)")
+        if output.numel() != input.numel():
+            raise invalid(f"output has {output.numel()} elements and input {input.numel()}; they must be equal")
+        if input.numel() % self.world_size:
+            raise invalid(f"input has {input.numel()} elements, not a multiple of {self.world_size} ranks")
+        dt, factor = movement_type(input.dtype)
+        self._lib.symmAllToAll(input.data_ptr(), output.data_ptr(), input.numel() // self.world_size * factor, dt,
+                               self.handle, self._stream(stream))
+        return output
+
+    def send(self, tensor, dst: int, *, stream=None) -> None:
+        """Send ``tensor`` to rank ``dst`` (matched in order with its recv;
+        the receiver passes a tensor of the same size)."""
+        self._tensor(tensor, "tensor")
+        dst = self._peer(dst, "dst")
+        dt, factor = movement_type(tensor.dtype)
+        self._lib.symmSend(tensor.data_ptr(), tensor.numel() * factor, dt, dst, self.handle, self._stream(stream))
+
+    def recv(self, tensor, src: int, *, stream=None):
+        """Receive into ``tensor`` from rank ``src``. Returns ``tensor``."""
+        self._tensor(tensor, "tensor")
+        src = self._peer(src, "src")
+        dt, factor = movement_type(tensor.dtype)
+        self._lib.symmRecv(tensor.data_ptr(), tensor.numel() * factor, dt, src, self.handle, self._stream(stream))
+        return tensor
+
+    def batch_isend_irecv(self, p2p_ops: Iterable, *, stream=None) -> None:
+        """Sends and receives launched together (one symmGroupStart/End), so
+        exchanges in both directions and rings progress at once. Each item is
+        a P2POp(op, tensor, peer) or a torch.distributed.P2POp (its peer, a
+        global rank, is translated through this communicator's group)."""
+        ops = []
+        for item in p2p_ops:
+            op, tensor, peer = item.op, item.tensor, item.peer
+            kind = op if isinstance(op, str) else getattr(op, "__name__", str(op))
+            kind = kind.lower().lstrip("i")
+            if kind not in ("send", "recv"):
+                raise invalid(f"P2P op {op!r} is neither send nor recv")
+            if getattr(item, "group_peer", None) is not None:  # torch.distributed.P2POp, newer torch
+                peer = item.group_peer
+            elif type(item).__module__.startswith("torch."):  # its peer is a global rank
+                peer = self._group_rank(peer)
+            ops.append((kind, tensor, peer))
+        with group(self._lib):
+            for kind, tensor, peer in ops:
+                if kind == "send":
+                    self.send(tensor, peer, stream=stream)
+                else:
+                    self.recv(tensor, peer, stream=stream)
+
+    def _group_rank(self, global_rank: int) -> int:
+        if self.group is None:
+            return global_rank
+        dist = require_torch("torch.distributed.P2POp").distributed
+        return dist.get_group_rank(self.group, global_rank)
+
+    def group_start(self) -> None:
+        """symmGroupStart (pynccl's spelling; see symmcomm.group())."""
+        group_start(self._lib)
+
+    def group_end(self) -> None:
+        group_end(self._lib)
+
+    def barrier(self, *, stream=None) -> None:
+        """symmBarrier: a device-side barrier of all ranks on ``stream``."""
+        self._lib.symmBarrier(self.handle, self._stream(stream))
+
+    # ------------------------------------------------------------ memory ---
+    def empty(self, *size, dtype=None, device=None):
+        """A symmetric tensor of this communicator (see
+        symmcomm.symmetric_memory.empty). Collective."""
+        from . import symmetric_memory
+
+        return symmetric_memory.empty(*size, dtype=dtype, device=device, group=self)
+
+    def collect(self) -> int:
+        """Collective: free every symmetric allocation of this communicator
+        that no rank references any more. Returns how many were freed."""
+        return self._memory.collect()
+
+    # -------------------------------------------------------- fused ops ---
+    def all_gather_matmul(self, a_shard, b=None, **kwargs):
+        """See symmcomm.all_gather_matmul."""
+        from . import fused
+
+        return fused.all_gather_matmul(a_shard, b, comm=self, **kwargs)
+
+    def matmul_reduce_scatter(self, a, b=None, **kwargs):
+        """See symmcomm.matmul_reduce_scatter."""
+        from . import fused
+
+        return fused.matmul_reduce_scatter(a, b, comm=self, **kwargs)
+
+    # ---------------------------------------------------------- checks ---
+    def _same_dtype(self, a, b) -> None:
+        if a.dtype != b.dtype:
+            raise invalid(f"output is {a.dtype} and input {b.dtype}; they must match")
+
+    def _same_as(self, out, like, name: str):
+        self._tensor(out, name)
+        if out.dtype != like.dtype or out.numel() != like.numel():
+            raise invalid(f"{name} ({out.dtype}, {out.numel()} elements) must match the input "
+                          f"({like.dtype}, {like.numel()} elements)")
+        return out

@@ -1,0 +1,672 @@
+"""GPU checks of the symmcomm Python package, one process per rank under
+torchrun (ranks may share one GPU with SYMM_TEST_SHARED_DEVICES=1):
+
+    torchrun --standalone --nproc-per-node 4 python/tests/gpu/multirank.py [--only NAME,...]
+
+Every check runs on every rank; each rank compares its own results with a
+reference it computes itself (exact, or fp64 rounded to the dtype), and the
+ranks agree on pass/fail over a gloo group (independent of symmcomm), so a
+failure on one rank never leaves the others waiting. Rank 0 prints one line
+per check: PASS, FAIL (with the first failing rank's reason) or SKIP (with
+the reason); the exit code is 1 when anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "python"))
+
+import symmcomm  # noqa: E402
+import symmcomm.symmetric_memory as symm_mem  # noqa: E402
+from symmcomm import ReduceOp  # noqa: E402
+
+CHECKS = []
+
+try:  # Triton kernels of the checks are module-level (Triton resolves globals)
+    import triton
+    import triton.language as tl
+
+    import symmcomm.triton as symm_triton
+
+    TRITON_MISSING = ""
+
+    @triton.jit
+    def _wait_forever(pads, src, status, timeout, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
+        ok = symm_triton.wait_signal(pads, src, 77, RANK, WORLD_SIZE, status, timeout)
+        # After a recorded timeout every later wait gives up at once.
+        ok2 = symm_triton.blockwise_barrier(pads, 60000 // WORLD_SIZE, RANK, WORLD_SIZE, status, timeout)
+        tl.store(status + 7, ok + 10 * ok2)
+except ImportError as _e:
+    TRITON_MISSING = str(_e)
+
+
+class Skip(Exception):
+    pass
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+class Ctx:
+    def __init__(self):
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.comm: symmcomm.Communicator | None = None
+        self.failures: list[str] = []
+
+    def expect(self, cond: bool, what: str) -> None:
+        if not cond:
+            self.failures.append(what)
+            if len(self.failures) > 20:
+                raise AssertionError("; ".join(self.failures[:20]) + " ... (more)")
+
+
+# ----------------------------------------------------------------- data ---
+
+MOVE_DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+               "bfloat16", "float8_e4m3fn", "float8_e5m2", "bool", "complex64", "int16"]
+REDUCE_DTYPES = MOVE_DTYPES
+OPS = [ReduceOp.Sum, ReduceOp.Prod, ReduceOp.Max, ReduceOp.Min, ReduceOp.Avg]
+SIZES = [7, 4099, 150_001]
+
+
+def values(rank: int, n: int, dtype: torch.dtype, salt: int, device) -> torch.Tensor:
+    """Small integers (exact in every dtype, sums and products too), as
+    float64 (or complex128) on the device: the reference's inputs."""
+    i = torch.arange(n, dtype=torch.int64, device=device)
+    v = (i * 7 + rank * 13 + salt * 5) % 7 - 3  # [-3, 3]
+    if dtype == torch.bool:
+        v = v.remainder(2)
+    elif not dtype.is_signed and not dtype.is_complex and not dtype.is_floating_point:
+        v = v.remainder(4)  # unsigned: [0, 3]
+    v = v.to(torch.float64)
+    if dtype.is_complex:
+        w = ((i * 3 + rank * 5 + salt) % 5 - 2).to(torch.float64)
+        return torch.complex(v, w)
+    return v
+
+
+def as_dtype(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.bool:
+        return ref != 0
+    if dtype in (torch.uint32, torch.uint64):
+        return ref.to(torch.int64).to(dtype)
+    return ref.to(dtype)
+
+
+def to_ref(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values as float64/complex128 for comparison."""
+    if t.dtype.is_complex:
+        return t.to(torch.complex128)
+    if t.dtype in (torch.uint32, torch.uint64):
+        return t.to(torch.int64).to(torch.float64)
+    return t.to(torch.float64)
+
+
+def reference_reduce(inputs: list[torch.Tensor], op: ReduceOp, dtype) -> torch.Tensor:
+    stack = torch.stack(inputs)
+    if dtype == torch.bool:
+        op = {ReduceOp.Sum: ReduceOp.Max, ReduceOp.Prod: ReduceOp.Min}.get(op, op)
+    if op == ReduceOp.Sum:
+        r = stack.sum(0)
+    elif op == ReduceOp.Prod:
+        r = stack.prod(0)
+    elif op == ReduceOp.Max:
+        r = stack.max(0).values
+    elif op == ReduceOp.Min:
+        r = stack.min(0).values
+    else:
+        s = stack.sum(0)
+        if dtype.is_floating_point or dtype.is_complex:
+            r = s / len(inputs)
+        else:
+            r = torch.trunc(s / len(inputs))
+    return as_dtype(r, dtype)
+
+
+def same(got: torch.Tensor, want: torch.Tensor, dtype, op=None, world=1) -> bool:
+    g, w = to_ref(got), to_ref(want)
+    if op == ReduceOp.Avg and (dtype.is_floating_point or dtype.is_complex) and world & (world - 1):
+        # avg over a non-power-of-two rank count may round twice: one unit.
+        eps = torch.finfo(dtype if not dtype.is_complex else torch.float32).eps
+        return bool(torch.allclose(g, w, rtol=2 * eps, atol=2 * eps))
+    return bool(torch.equal(g, w))
+
+
+def dtype_of(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def reducible(name: str, op: ReduceOp) -> bool:
+    if name == "int16":
+        return False
+    if name == "bool":
+        return op != ReduceOp.Avg
+    if name.startswith("complex"):
+        return op in (ReduceOp.Sum, ReduceOp.Avg)
+    return True
+
+
+# --------------------------------------------------------------- checks ---
+
+@check
+def collectives_every_dtype(c: Ctx):
+    """all_reduce (every op, in place and out of place), reduce_scatter_tensor,
+    reduce, all_gather_into_tensor, broadcast, all_to_all_single, send/recv
+    (grouped ring and plain pair), every dtype, three sizes, fp64/exact
+    reference; dtypes symmcomm cannot reduce must raise."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    unsupported = []
+    for name in REDUCE_DTYPES:
+        try:
+            dtype = dtype_of(name)
+            probe = as_dtype(torch.zeros(2, dtype=torch.float64, device=dev), dtype)
+            to_ref(probe.clone())
+            torch.empty(2, dtype=dtype, device=dev).copy_(probe)
+        except (RuntimeError, TypeError, AttributeError) as e:
+            unsupported.append(f"{name} ({e.__class__.__name__})")
+            continue
+        for n in SIZES:
+            ins = [values(r, n, dtype, 1, dev) for r in range(W)]
+            mine = as_dtype(ins[R], dtype)
+            for op in OPS:
+                tag = f"{name} n={n} {op.name}"
+                if not reducible(name, op):
+                    try:
+                        comm.all_reduce(mine.clone(), op)
+                        c.expect(False, f"all_reduce {tag}: no error for an unsupported reduction")
+                    except symmcomm.SymmInvalidArgumentError:
+                        pass
+                    continue
+                want = reference_reduce(ins, op, dtype)
+                x = mine.clone()
+                comm.all_reduce(x, op)
+                c.expect(same(x, want, dtype, op, W), f"all_reduce in place {tag}")
+                out = torch.empty_like(mine)
+                comm.all_reduce(mine, op, out=out)
+                c.expect(same(out, want, dtype, op, W), f"all_reduce out of place {tag}")
+                # reduce-scatter: input W*n, block b of rank r = values(r, ..) shifted.
+                rs_in = [values(r, n * W, dtype, 2, dev) for r in range(W)]
+                rs_out = torch.empty(n, dtype=dtype, device=dev)
+                comm.reduce_scatter_tensor(rs_out, as_dtype(rs_in[R], dtype), op)
+                rs_want = reference_reduce([x_[R * n:(R + 1) * n] for x_ in rs_in], op, dtype)
+                c.expect(same(rs_out, rs_want, dtype, op, W), f"reduce_scatter_tensor {tag}")
+                root = W - 1
+                red = mine.clone()
+                comm.reduce(red, root, op)
+                if R == root:
+                    c.expect(same(red, want, dtype, op, W), f"reduce {tag}")
+            # Data movement (every dtype, bit for bit).
+            tag = f"{name} n={n}"
+            gathered = torch.empty(W * n, dtype=dtype, device=dev)
+            comm.all_gather_into_tensor(gathered, mine)
+            c.expect(same(gathered, as_dtype(torch.cat(ins), dtype), dtype), f"all_gather_into_tensor {tag}")
+            inplace = torch.empty(W * n, dtype=dtype, device=dev)
+            inplace[R * n:(R + 1) * n].copy_(mine)
+            comm.all_gather_into_tensor(inplace, inplace[R * n:(R + 1) * n])
+            c.expect(same(inplace, gathered, dtype), f"all_gather_into_tensor in place {tag}")
+            src = 1 % W
+            b = mine.clone()
+            comm.broadcast(b, src)
+            c.expect(same(b, as_dtype(ins[src], dtype), dtype), f"broadcast {tag}")
+            a2a_in = [values(r, n * W, dtype, 3, dev) for r in range(W)]
+            a2a_out = torch.empty(n * W, dtype=dtype, device=dev)
+            comm.all_to_all_single(a2a_out, as_dtype(a2a_in[R], dtype))
+            a2a_want = as_dtype(torch.cat([a2a_in[r][R * n:(R + 1) * n] for r in range(W)]), dtype)
+            c.expect(same(a2a_out, a2a_want, dtype), f"all_to_all_single {tag}")
+            recv = torch.empty_like(mine)
+            comm.batch_isend_irecv([symmcomm.P2POp("send", mine, (R + 1) % W),
+                                    symmcomm.P2POp("recv", recv, (R - 1) % W)])
+            c.expect(same(recv, as_dtype(ins[(R - 1) % W], dtype), dtype), f"grouped send/recv ring {tag}")
+            if W >= 2 and R in (0, 1):
+                if R == 0:
+                    comm.send(mine, 1)
+                else:
+                    got = comm.recv(torch.empty_like(mine), 0)
+                    c.expect(same(got, as_dtype(ins[0], dtype), dtype), f"send/recv pair {tag}")
+        torch.cuda.synchronize()
+    if unsupported:
+        print(f"rank {R}: this torch cannot handle {', '.join(unsupported)} on CUDA; not checked", flush=True)
+
+
+@check
+def collectives_on_symmetric_tensors(c: Ctx):
+    """The same collectives with inputs and outputs in symmetric memory (the
+    zero-copy path)."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    n = 200_003
+    ins = [values(r, n, torch.float32, 4, dev) for r in range(W)]
+    x = symm_mem.empty(n, dtype=torch.float32, device=dev)
+    x.copy_(ins[R].float())
+    comm.all_reduce(x)
+    c.expect(same(x, sum(ins).float(), torch.float32), "all_reduce sum, symmetric")
+    y = symm_mem.empty(W * n, dtype=torch.float32, device=dev)
+    x.copy_(ins[R].float())
+    comm.all_gather_into_tensor(y, x)
+    c.expect(same(y, torch.cat(ins).float(), torch.float32), "all_gather, symmetric")
+    out = symm_mem.empty(n, dtype=torch.float32, device=dev)
+    comm.reduce_scatter_tensor(out, y)  # block R of y is ins[R] on every rank
+    c.expect(same(out, (ins[R] * W).float(), torch.float32), "reduce_scatter, symmetric")
+    comm.all_to_all_single(y, torch.cat([ins[R]] * W).float().contiguous())
+    c.expect(same(y, torch.cat(ins).float(), torch.float32), "all_to_all_single into a symmetric tensor")
+    torch.cuda.synchronize()
+    del x, y, out
+    symm_mem.collect()
+
+
+@check
+def graph_capture(c: Ctx):
+    """all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured
+    in one CUDA graph, replayed 10 times with new inputs."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    n = 65_537
+    x = torch.zeros(n, dtype=torch.float32, device=dev)
+    g_out = torch.zeros(W * n, dtype=torch.float32, device=dev)
+    rs_out = torch.zeros(n, dtype=torch.float32, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture, as torch recommends
+        comm.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.all_reduce(x)
+        comm.all_gather_into_tensor(g_out, x)
+        comm.reduce_scatter_tensor(rs_out, g_out)
+    for it in range(10):
+        ins = [values(r, n, torch.float32, 10 + it, dev) for r in range(W)]
+        x.copy_(ins[R].float())
+        graph.replay()
+        total = sum(ins)
+        c.expect(same(x, total.float(), torch.float32), f"graph replay {it}: all_reduce")
+        c.expect(same(g_out, total.repeat(W).float(), torch.float32), f"graph replay {it}: all_gather")
+        c.expect(same(rs_out, (total * W).float(), torch.float32), f"graph replay {it}: reduce_scatter")
+    torch.cuda.synchronize()
+
+
+@check
+def symmetric_memory_handles(c: Ctx):
+    """empty + rendezvous + get_buffer reading every peer's tensor; the
+    handle's pointer tables; storage offsets and dtype views."""
+    dev, W, R = c.device, c.world, c.rank
+    n = 4096
+    t = symm_mem.empty(n, dtype=torch.float32, device=dev)
+    c.expect(symm_mem.is_symm_mem_tensor(t), "is_symm_mem_tensor")
+    t.copy_(torch.arange(n, device=dev, dtype=torch.float32) + 1000 * R)
+    hdl = symm_mem.rendezvous(t, dist.group.WORLD)
+    c.expect((hdl.rank, hdl.world_size) == (R, W), "rank/world_size")
+    c.expect(hdl.buffer_ptrs[R] == t.data_ptr(), "buffer_ptrs[rank] is the tensor")
+    c.expect(hdl.buffer_size >= n * 4, "buffer_size")
+    # The device tables hold the host-side pointers.
+    table = symmcomm._dlpack.tensor_on(symmcomm._dlpack.byte_storage(hdl.buffer_ptrs_dev, 8 * W, dev.index, None),
+                                       torch.int64, (W,))
+    c.expect(table.tolist() == hdl.buffer_ptrs, "buffer_ptrs_dev matches buffer_ptrs")
+    pads = symmcomm._dlpack.tensor_on(symmcomm._dlpack.byte_storage(hdl.signal_pad_ptrs_dev, 8 * W, dev.index, None),
+                                      torch.int64, (W,))
+    c.expect(pads.tolist() == hdl.signal_pad_ptrs, "signal_pad_ptrs_dev matches signal_pad_ptrs")
+    hdl.barrier()
+    for peer in range(W):
+        v = hdl.get_buffer(peer, (n,), torch.float32)
+        c.expect(v.device == dev, f"get_buffer({peer}) is on {v.device}")
+        want = torch.arange(n, device=dev, dtype=torch.float32) + 1000 * peer
+        c.expect(torch.equal(v, want), f"get_buffer({peer}) reads the peer's values")
+        part = hdl.get_buffer(peer, (2, 8), torch.float32, storage_offset=100)
+        c.expect(torch.equal(part.flatten(), want[100:116]), f"get_buffer({peer}) with storage_offset")
+        raw = hdl.get_buffer(peer, (n,), torch.int32)
+        c.expect(torch.equal(raw, want.view(torch.int32)), f"get_buffer({peer}) as int32")
+    try:
+        hdl.get_buffer(0, (hdl.buffer_size,), torch.float32)
+        c.expect(False, "get_buffer past the end raised nothing")
+    except symmcomm.SymmInvalidArgumentError:
+        pass
+    hdl.barrier()  # nobody overwrites its buffer while a peer reads it
+    # A peer writes into this rank's buffer through its view.
+    dst = (R + 1) % W
+    hdl.get_buffer(dst, (16,), torch.float32, storage_offset=n - 16).fill_(-1.0 - R)
+    hdl.barrier()
+    c.expect(torch.equal(t[n - 16:], torch.full((16,), -1.0 - (R - 1) % W, device=dev)), "peer wrote into my buffer")
+    hdl.barrier()
+    torch.cuda.synchronize()
+    del t, hdl, v, part, raw, table, pads
+    symm_mem.collect()
+
+
+@check
+def signals_and_stream_values(c: Ctx):
+    """put_signal/wait_signal order a peer's store before the reader's load;
+    stream_write_value32 into a peer's signal pad; memset32."""
+    dev, W, R = c.device, c.world, c.rank
+    n = 1 << 16
+    t = symm_mem.empty(n, dtype=torch.float32, device=dev)
+    t.zero_()
+    hdl = symm_mem.rendezvous(t)
+    pad = hdl.get_signal_pad(R)
+    c.expect(pad.dtype == torch.uint32 and pad.numel() * 4 == hdl.signal_pad_size, "signal pad view")
+    hdl.barrier()
+    nxt, prv = (R + 1) % W, (R - 1) % W
+    for it in range(5):
+        # Write into the next rank's buffer, then signal it.
+        hdl.get_buffer(nxt, (n,), torch.float32).fill_(float(100 * it + R))
+        hdl.put_signal(nxt, channel=5)
+        hdl.wait_signal(prv, channel=5)
+        c.expect(bool((t == float(100 * it + prv)).all()), f"iteration {it}: data before the signal")
+        hdl.barrier()
+    # stream_write_value32 into word 200000 + R of the next rank's pad.
+    word = 200_000
+    peer_pad = hdl.get_signal_pad(nxt)
+    symm_mem.stream_write_value32(peer_pad, word + R, 7 + R)
+    hdl.barrier()
+    words = pad.view(torch.int32)  # uint32 has few CUDA kernels in torch
+    c.expect(int(words[word + prv]) == 7 + prv, "stream_write_value32 into a peer's pad")
+    hdl.memset32(pad, word, 0, W)
+    torch.cuda.synchronize()
+    c.expect(int(words[word:word + W].abs().sum()) == 0, "memset32 cleared the words")
+    hdl.barrier()
+    torch.cuda.synchronize()
+    del t, hdl, pad, peer_pad, words
+    symm_mem.collect()
+
+
+@check
+def lifetime_rules(c: Ctx):
+    """Memory lives while any tensor, view or handle references it on any
+    rank; collect/free/scope release it collectively; destroy refuses while
+    referenced."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    reg = comm._memory
+    symm_mem.collect()  # start from no garbage
+    base = len(reg._allocations)
+    a = symm_mem.empty(1024, dtype=torch.float32, device=dev)
+    view = a[10:20]
+    del a
+    c.expect(symm_mem.collect() == 0 and len(reg._allocations) == base + 1, "a live view keeps the memory")
+    del view
+    c.expect(symm_mem.collect() == 1 and len(reg._allocations) == base, "collect frees it once unreferenced")
+    b = symm_mem.empty(4, 4, dtype=torch.bfloat16, device=dev)
+    c.expect(symm_mem.free(b) is True and b.numel() == 0, "free() releases and empties the tensor")
+    with symm_mem.scope():
+        s1 = symm_mem.empty(100, dtype=torch.int32, device=dev)
+        s1.fill_(3)
+    c.expect(s1.numel() == 0 and len(reg._allocations) == base, "scope() frees at its end")
+    # A peer's view here keeps the allocation for everyone.
+    d = symm_mem.empty(256, dtype=torch.float32, device=dev)
+    hdl = symm_mem.rendezvous(d)
+    keep = hdl.get_buffer((R + 1) % W, (256,), torch.float32) if R == 0 else None
+    del d, hdl
+    c.expect(symm_mem.collect() == 0, "rank 0's peer view keeps the allocation on every rank")
+    del keep
+    c.expect(symm_mem.collect() == 1, "released once rank 0 drops its view")
+    # Garbage is reclaimed by the next empty() (the safe default).
+    e = symm_mem.empty(64, dtype=torch.float32, device=dev)
+    del e
+    f = symm_mem.empty(64, dtype=torch.float32, device=dev)
+    c.expect(len(reg._allocations) == base + 1, "empty() reclaimed the dead allocation first")
+    del f
+    symm_mem.collect()
+    # destroy() refuses while a tensor of the communicator lives.
+    uid = [symmcomm.get_unique_id() if R == 0 else None]
+    dist.broadcast_object_list(uid, src=0)
+    other = symmcomm.Communicator.from_unique_id(uid[0], R, W, device=dev)
+    g = symm_mem.empty(32, dtype=torch.float32, device=dev, group=other)
+    try:
+        other.destroy()
+        c.expect(False, "destroy() with a live symmetric tensor raised nothing")
+    except symmcomm.SymmInvalidUsageError as err:
+        c.expect("still referenced" in str(err), f"destroy refusal message: {err}")
+    del g
+    other.destroy()
+    c.expect(other.destroyed, "destroy() after the tensor died")
+    try:
+        other.all_reduce(torch.zeros(1, device=dev))
+        c.expect(False, "a destroyed communicator accepted a collective")
+    except symmcomm.SymmInvalidUsageError:
+        pass
+
+
+@check
+def communicators(c: Ctx):
+    """From the group's store, from an explicit id, from a subgroup, split
+    (when the library has symmCommSplit), async-error polling."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    c.expect(comm.get_async_error() == symmcomm.Result.Success, "no async error")
+    comm.check_async_error()
+    store = dist.distributed_c10d._get_default_store()
+    via_store = symmcomm.Communicator(dist.group.WORLD, store=store)
+    x = torch.full((10,), float(R + 1), device=dev)
+    via_store.all_reduce(x)
+    via_store.synchronize(timeout=60)
+    c.expect(torch.equal(x, torch.full((10,), W * (W + 1) / 2, device=dev)), "communicator from the store")
+    via_store.destroy()
+    if W >= 3:
+        members = [0, 2]
+        sub = dist.new_group(members, backend="gloo")
+        if R in members:
+            sc = symmcomm.Communicator(sub)
+            y = torch.full((4,), float(R), device=dev)
+            sc.all_reduce(y)
+            c.expect(torch.equal(y, torch.full((4,), 2.0, device=dev)), "communicator of a subgroup")
+            sc.destroy()
+    if not comm.library.has("symmCommSplit"):
+        raise Skip(f"the library {comm.library.path} has no symmCommSplit")
+    child = comm.split(R % 2)
+    z = torch.full((8,), float(R), device=dev)
+    child.all_reduce(z)
+    want = float(sum(r for r in range(W) if r % 2 == R % 2))
+    c.expect(child.world_size == len([r for r in range(W) if r % 2 == R % 2]), "split size")
+    c.expect(torch.equal(z, torch.full((8,), want, device=dev)), "all_reduce on a split")
+    child.destroy()
+    none = comm.split(None if R == 0 else 0, key=W - R)
+    c.expect((none is None) == (R == 0), "NOCOLOR gives None")
+    if none is not None:
+        c.expect(none.rank == W - 1 - R, "split ordered by key")
+        none.destroy()
+
+
+def _load_example():
+    path = REPO / "examples" / "python" / "one_shot_all_reduce_triton.py"
+    spec = importlib.util.spec_from_file_location("one_shot_all_reduce_triton", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@check
+def triton_one_shot_example(c: Ctx):
+    """examples/python/one_shot_all_reduce_triton.py: right for bf16/fp16/fp32
+    and several sizes, eagerly and replayed from a CUDA graph."""
+    if TRITON_MISSING:
+        raise Skip(TRITON_MISSING)
+    ex = _load_example()
+    dev, W, R = c.device, c.world, c.rank
+    status = symm_triton.new_status(dev)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for n in (1, 1000, 1 << 20):
+            buf = symm_mem.empty(n, dtype=dtype, device=dev)
+            want = sum(ex.rank_input(r, n, torch.float64, dev) for r in range(W)).to(dtype)
+            buf.copy_(ex.rank_input(R, n, dtype, dev))
+            out = ex.one_shot_all_reduce(buf, status)
+            symm_triton.check_status(status)
+            c.expect(torch.equal(out, want), f"triton one-shot {dtype} n={n}")
+            del buf, out
+    n = 1 << 16
+    buf = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
+    out = torch.empty_like(buf)
+    buf.copy_(ex.rank_input(R, n, torch.bfloat16, dev))
+    ex.one_shot_all_reduce(buf, status, out=out)  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ex.one_shot_all_reduce(buf, status, out=out)
+    for it in range(5):
+        sign = 1 if it % 2 == 0 else -1
+        buf.copy_(ex.rank_input(R, n, torch.bfloat16, dev) * sign)
+        graph.replay()
+        want = sign * sum(ex.rank_input(r, n, torch.float64, dev) for r in range(W))
+        c.expect(torch.equal(out, want.to(torch.bfloat16)), f"triton one-shot graph replay {it}")
+    symm_triton.check_status(status)
+    del buf, out, graph
+    symm_mem.collect()
+
+
+@check
+def triton_bounded_wait(c: Ctx):
+    """A Triton wait for a signal that never comes gives up after its bound,
+    and check_status raises SymmTimeoutError naming the peer."""
+    if TRITON_MISSING:
+        raise Skip(TRITON_MISSING)
+    dev, W, R = c.device, c.world, c.rank
+    t = symm_mem.empty(16, dtype=torch.float32, device=dev)
+    hdl = symm_mem.rendezvous(t)
+    if R == 0:
+        status = symm_triton.new_status(dev)
+        start = time.monotonic()
+        _wait_forever[(1,)](hdl.signal_pad_ptrs_dev, 1, status, symm_triton.timeout_ns(0.5), RANK=0, WORLD_SIZE=W)
+        try:
+            symm_triton.check_status(status, "bounded-wait test")
+            c.expect(False, "the wait did not give up")
+        except symmcomm.SymmTimeoutError as e:
+            took = time.monotonic() - start
+            c.expect("wait_signal" in str(e) and "rank 1" in str(e), f"message: {e}")
+            c.expect(took < 5, f"gave up after {took:.1f} s (bound 0.5 s)")
+        c.expect(int(status[7]) == 0, "both waits returned 0 (the second at once)")
+    del t, hdl
+    symm_mem.collect()
+
+
+@check
+def fused_ops(c: Ctx):
+    """all_gather_matmul and matmul_reduce_scatter against an unfused fp32
+    reference: bf16, fp16, fp32, weights n x k passed as weight.t(), fp8 with
+    per-tensor scales."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    lib = comm.library
+    if not (lib.has("symmAllGatherMatmul") and lib.has("symmMatmulReduceScatter")):
+        raise Skip(f"the library {lib.path} has no fused ops (symmAllGatherMatmul, symmMatmulReduceScatter)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tol = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 5e-3}
+
+    def rand(seed, shape, dtype):
+        g = torch.Generator(device=dev).manual_seed(seed)
+        return torch.randn(shape, generator=g, device=dev, dtype=torch.float32).to(dtype)
+
+    def close(got, want, rtol):
+        err = (got.float() - want).abs().max().item()
+        return err <= rtol * max(want.abs().max().item(), 1.0), err
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for m_shard, k, n in ((64, 96, 80), (33, 130, 70)):
+            shards = [rand(100 + r, (m_shard, k), dtype) for r in range(W)]
+            weight = rand(7, (n, k), dtype)  # n x k, as nn.Linear keeps it
+            a_full = torch.cat(shards).float()
+            want = a_full @ weight.float().t()
+            out = comm.all_gather_matmul(shards[R], weight.t())
+            ok, err = close(out, want, tol[dtype])
+            c.expect(out.shape == (W * m_shard, n) and out.dtype == dtype and ok,
+                     f"all_gather_matmul {dtype} {m_shard}x{k}x{n} (weight.t()): max error {err}")
+            out2, gathered = comm.all_gather_matmul(shards[R], weight.t().contiguous(), return_gathered=True)
+            ok, err = close(out2, want, tol[dtype])
+            c.expect(ok and torch.equal(gathered, torch.cat(shards)),
+                     f"all_gather_matmul {dtype} {m_shard}x{k}x{n} (row-major b, gathered A): {err}")
+            m = m_shard * W
+            a_parts = [rand(200 + r, (m, k), dtype) for r in range(W)]
+            w_parts = [rand(300 + r, (n, k), dtype) for r in range(W)]
+            total = sum(a_parts[r].float() @ w_parts[r].float().t() for r in range(W))
+            rs = comm.matmul_reduce_scatter(a_parts[R], weight=w_parts[R])
+            ok, err = close(rs, total[R * m_shard:(R + 1) * m_shard], tol[dtype] * W)
+            c.expect(rs.shape == (m_shard, n) and ok, f"matmul_reduce_scatter {dtype} {m}x{k}x{n}: {err}")
+    fp8 = torch.float8_e4m3fn
+    m_shard, k, n = 64, 128, 96
+    shards = [rand(400 + r, (m_shard, k), torch.float32) for r in range(W)]
+    weight = rand(9, (n, k), torch.float32)
+    sa, sb = torch.tensor([0.5], device=dev), torch.tensor([0.25], device=dev)
+    qa = [(s / sa).to(fp8) for s in shards]
+    qw = (weight / sb).to(fp8)
+    want = (torch.cat(qa).float() * sa) @ (qw.float() * sb).t()
+    try:
+        out = comm.all_gather_matmul(qa[R], qw.t(), a_scale=sa, b_scale=sb, out_dtype=torch.bfloat16)
+    except symmcomm.SymmNotSupportedError as e:
+        raise Skip(f"fp8: {e}")
+    ok, err = close(out, want, 3e-2)
+    c.expect(out.dtype == torch.bfloat16 and ok, f"all_gather_matmul fp8 e4m3 per-tensor scales: {err}")
+    torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------- main ---
+
+def agree(ok: bool, detail: str, skipped: str | None):
+    results = [None] * dist.get_world_size()
+    dist.all_gather_object(results, (ok, detail, skipped))
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="", help="comma-separated check names")
+    args = p.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    dist.init_process_group("gloo")
+    ctx = Ctx()
+    if ctx.rank == 0:
+        print(f"symmcomm {symmcomm.__version__} from {symmcomm.library_path()}; {ctx.world} ranks on "
+              f"{torch.cuda.device_count()} GPU(s) ({torch.cuda.get_device_name()}), torch {torch.__version__}",
+              flush=True)
+    ctx.comm = symmcomm.Communicator()
+    failed = 0
+    only = set(filter(None, args.only.split(",")))
+    for fn in CHECKS:
+        if only and fn.__name__ not in only:
+            continue
+        ctx.failures = []
+        skipped = None
+        start = time.monotonic()
+        try:
+            fn(ctx)
+            torch.cuda.synchronize()
+            ctx.comm.check_async_error()
+        except Skip as s:
+            skipped = str(s)
+        except Exception as e:
+            ctx.failures.append(f"{type(e).__name__}: {e} [{traceback.extract_tb(e.__traceback__)[-1].lineno}]")
+        results = agree(not ctx.failures, "; ".join(ctx.failures)[:600], skipped)
+        took = time.monotonic() - start
+        if ctx.rank == 0:
+            bad = [(r, d) for r, (ok, d, _) in enumerate(results) if not ok]
+            skips = [s for _, _, s in results if s]
+            if bad:
+                failed += 1
+                print(f"FAIL {fn.__name__} ({took:.1f} s): rank {bad[0][0]}: {bad[0][1]}", flush=True)
+                for r, d in bad[1:3]:
+                    print(f"     rank {r}: {d}", flush=True)
+            elif skips:
+                print(f"SKIP {fn.__name__}: {skips[0]}", flush=True)
+            else:
+                print(f"PASS {fn.__name__} ({took:.1f} s)", flush=True)
+        else:
+            failed += int(any(not ok for ok, _, _ in results))
+    try:
+        ctx.comm.destroy()
+    except symmcomm.SymmInvalidUsageError:
+        ctx.comm.destroy(force=True)
+    dist.destroy_process_group()
+    if ctx.rank == 0:
+        print(f"{'FAILED' if failed else 'OK'}: {len(CHECKS) if not only else len(only)} checks at {ctx.world} ranks, "
+              f"{failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

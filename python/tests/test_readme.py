@@ -1,0 +1,85 @@
+"""The README's Python section stays true: its example compiles and every
+symmcomm call in it exists with a signature that accepts the arguments
+given (the GPU pass runs it for real: python/tests/readme_example.py), and
+the commands and names it documents exist."""
+
+import ast
+import inspect
+import re
+
+import pytest
+
+import symmcomm
+import symmcomm.symmetric_memory as symm_mem
+from readme_example import README, example_code
+
+
+@pytest.fixture(scope="module")
+def code():
+    return example_code()
+
+
+def test_example_compiles(code):
+    compile(code, "README.md", "exec")
+    assert "import symmcomm" in code
+
+
+def _receivers():
+    # What each name in the example stands for.
+    return {
+        "symmcomm": symmcomm,
+        "symm_mem": symm_mem,
+        "comm": symmcomm.Communicator,
+        "hdl": symm_mem.SymmetricMemory,
+    }
+
+
+def test_example_calls_exist_with_their_arguments(code):
+    receivers = _receivers()
+    checked = []
+    for node in ast.walk(ast.parse(code)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        base = node.func.value
+        if not (isinstance(base, ast.Name) and base.id in receivers):
+            continue
+        owner = receivers[base.id]
+        name = node.func.attr
+        assert hasattr(owner, name), f"README example calls {base.id}.{name}, which does not exist"
+        fn = getattr(owner, name)
+        sig = inspect.signature(fn)
+        args = [None] * len(node.args)
+        if inspect.isclass(owner) and not isinstance(inspect.getattr_static(owner, name), (staticmethod, classmethod)):
+            args = [None] + args  # self
+        sig.bind(*args, **{k.arg: None for k in node.keywords if k.arg})
+        checked.append(f"{base.id}.{name}")
+    for must in ("symmcomm.Communicator", "comm.all_reduce", "symm_mem.empty", "symm_mem.rendezvous",
+                 "hdl.get_buffer", "hdl.barrier", "comm.destroy"):
+        assert must in checked, f"the README example no longer shows {must}"
+
+
+def test_example_is_short(code):
+    lines = [ln for ln in code.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert len(lines) <= 16, f"the README example has {len(lines)} lines of code"
+
+
+def test_documented_names_exist():
+    text = README.read_text()
+    section = text[text.index("## Python"):text.index("## Development")]
+    for cmd in ("pip install ./python", "scripts/setup", "python/tests/gpu/run.sh",
+                "examples/python/one_shot_all_reduce_triton.py", "SYMMCOMM_LIBRARY", "SYMMCOMM_BUNDLE_LIBRARY"):
+        assert cmd in section, cmd
+    for name in re.findall(r"`symm_mem\.(\w+)", section):
+        assert hasattr(symm_mem, name), f"symm_mem.{name}"
+    for name in ("get_buffer", "get_signal_pad", "barrier", "put_signal", "wait_signal", "stream_write_value32",
+                 "memset32", "buffer_ptrs", "buffer_ptrs_dev", "signal_pad_ptrs_dev"):
+        assert name in section
+        assert name in dir(symm_mem.SymmetricMemory) or name in inspect.getsource(symm_mem.SymmetricMemory), name
+    for name in ("split", "destroy", "abort", "get_async_error", "check_async_error", "synchronize", "all_reduce",
+                 "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all_single",
+                 "send", "recv", "batch_isend_irecv", "barrier", "from_unique_id"):
+        assert callable(getattr(symmcomm.Communicator, name)), name
+    for name in ("all_gather_matmul", "matmul_reduce_scatter", "get_unique_id"):
+        assert callable(getattr(symmcomm, name)), name
+    assert (README.parent / "examples" / "python" / "one_shot_all_reduce_triton.py").is_file()
+    assert (README.parent / "python" / "tests" / "gpu" / "run.sh").is_file()
