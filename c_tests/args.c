@@ -129,6 +129,30 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
+  /* The fused ops check their descriptor and pointers, then whether
+   * cuBLASLt loads (symmNotSupported, which a CPU-only machine gets for a
+   * handle that is not live), then the communicator (c_tests/fused). */
+  symmMatmulDesc_t md;
+  REQUIRE(symmMatmulDescInit(&md, symmBfloat16) == symmSuccess, "symmMatmulDescInit");
+  if (bad == NULL) {
+    EXPECT(symmAllGatherMatmul(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL), want, NULL,
+           "symmAllGatherMatmul", kw);
+    EXPECT(symmMatmulReduceScatter(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL), want, NULL,
+           "symmMatmulReduceScatter", kw);
+  } else {
+    symmResult_t f = symmAllGatherMatmul(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL);
+    if (f == symmNotSupported)
+      EXPECT(symmAllGatherMatmul(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL), symmNotSupported, NULL,
+             "symmAllGatherMatmul", "cuBLASLt");
+    else
+      EXPECT(symmAllGatherMatmul(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL), want, NULL,
+             "symmAllGatherMatmul", kw);
+    f = symmMatmulReduceScatter(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL);
+    EXPECT(symmMatmulReduceScatter(FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4, 4, &md, bad, NULL),
+           f == symmNotSupported ? symmNotSupported : want, NULL, "symmMatmulReduceScatter",
+           f == symmNotSupported ? "cuBLASLt" : kw);
+  }
+  EXPECT(symmMatmulDescInit(NULL, symmBfloat16), symmInvalidArgument, NULL, "symmMatmulDescInit", "desc");
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");

@@ -46,6 +46,16 @@ struct CUstream_st;
 #define symmNumOps 5
 
 /**
+ * Events that outlive one enqueue step (ring slots, outbox slots).
+ */
+#define SLOT_EVENTS (2 * MAX_RANKS)
+
+/**
+ * Flag kernels target every peer with this `peer`.
+ */
+#define ALL_PEERS UINT32_MAX
+
+/**
  * Library version, equal to the crate version (checked at compile time).
  */
 #define SYMM_MAJOR 0
@@ -159,6 +169,26 @@ typedef enum {
 } symmCmp_t;
 
 /**
+ * How fp8 inputs are scaled (`symmMatmulDesc_t::scaleMode`).
+ */
+typedef enum {
+  /**
+   * No scales (factor 1).
+   */
+  symmScaleNone = 0,
+  /**
+   * One float for A and one for B (`scaled_mm` with per-tensor scales).
+   */
+  symmScaleTensor = 1,
+  /**
+   * One float per row of A and one per column of C (per-token and
+   * per-channel scales; cuBLASLt's outer-vector mode, Hopper, cuBLASLt
+   * 12.9 or newer).
+   */
+  symmScaleRowwise = 2,
+} symmScaleMode_t;
+
+/**
  * Opaque communicator.
  */
 typedef struct symmComm symmComm;
@@ -175,6 +205,65 @@ typedef symmComm *symmComm_t;
 typedef struct {
   char internal[SYMM_UNIQUE_ID_BYTES];
 } symmUniqueId;
+
+/**
+ * How a fused call multiplies. Fill it with symmMatmulDescInit, then
+ * change what differs. Row-major matrices; leading dimensions in elements.
+ */
+typedef struct {
+  /**
+   * sizeof(symmMatmulDesc_t) as compiled by the caller; later versions
+   * only append fields.
+   */
+  size_t structSize;
+  /**
+   * A's element type: bf16, fp16, fp32 (multiplied in TF32), fp8 e4m3/e5m2.
+   */
+  symmDataType_t aType;
+  /**
+   * B's element type: aType, or for fp8 the other fp8 type (not e5m2 x e5m2).
+   */
+  symmDataType_t bType;
+  /**
+   * C's element type: aType or fp32 (fp8 inputs: bf16, fp16 or fp32).
+   */
+  symmDataType_t cType;
+  /**
+   * 0: B is k x n; 1: B is n x k (framework weights), C = A * B^T. fp8 needs 1.
+   */
+  int transB;
+  /**
+   * Leading dimensions in elements; 0 = packed: lda = k, ldb = n (k with
+   * transB), ldc = n.
+   */
+  size_t lda;
+  size_t ldb;
+  size_t ldc;
+  /**
+   * C = A * B + beta * C.
+   */
+  float beta;
+  symmScaleMode_t scaleMode;
+  /**
+   * Device pointer: 1 float (tensor) or one per row of this rank's A (row-wise).
+   */
+  const float *aScale;
+  /**
+   * Device pointer: 1 float (tensor) or one per column of C (row-wise).
+   */
+  const float *bScale;
+  /**
+   * symmAllGatherMatmul only: optional output, the gathered A
+   * ((nranks * mShard) x k, ld = k). NULL: the gathered rows live in the
+   * communicator's workspace only.
+   */
+  void *aGathered;
+  /**
+   * Pipeline chunks per rank's shard; 0 = default. With one rank the
+   * shard itself is cut into this many GEMMs.
+   */
+  int chunksPerRank;
+} symmMatmulDesc_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -411,6 +500,28 @@ symmResult_t symmRecv(void *recvbuff, size_t count, symmDataType_t datatype, int
  * reduction use them. Set it the same on every rank.
  */
 symmResult_t symmCommSetCopyEngine(symmComm_t comm, int enable);
+
+/**
+ * Fill `desc` with the defaults for `dtype` inputs: structSize, A, B and
+ * C of type `dtype` (fp8 inputs: C bf16), transB 0, packed leading
+ * dimensions, beta 0, no scales, no aGathered, default chunks.
+ */
+symmResult_t symmMatmulDescInit(symmMatmulDesc_t *desc, symmDataType_t dtype);
+
+/**
+ * C ((nranks * mShard) x n) = all_gather(aShard (mShard x k)) * B, on
+ * `stream`. B is k x n (desc->transB 0) or n x k (1). Collective: every
+ * rank calls it with the same shapes and descriptor fields. See README
+ * "Fused matmul ops".
+ */
+symmResult_t symmAllGatherMatmul(const void *aShard, const void *b, void *c, size_t mShard, size_t n, size_t k, const symmMatmulDesc_t *desc, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * cShard ((m / nranks) x n) = rows [rank * m / nranks, ...) of the sum over
+ * ranks of A (m x kShard) * B (kShard x n, or n x kShard with transB), on
+ * `stream`. Collective, like symmAllGatherMatmul.
+ */
+symmResult_t symmMatmulReduceScatter(const void *a, const void *b, void *cShard, size_t m, size_t n, size_t kShard, const symmMatmulDesc_t *desc, symmComm_t comm, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -48,6 +48,10 @@ pub struct Comm {
     status: HostMapped,
     status_dev: u64,
     pub timeout_ns: u64,
+    /// The fused matmul ops' resources (cuBLASLt handle, streams, events,
+    /// workspace), made at their first use. Typed in src/fused, which sits
+    /// above this module; dropped before the device.
+    pub fused: Mutex<Option<Box<dyn std::any::Any + Send>>>,
     pub link: Transport,
     pub rank: usize,
     pub nranks: usize,
@@ -188,6 +192,7 @@ impl Comm {
             status,
             status_dev,
             timeout_ns: config::get().timeout.as_nanos().min(u64::MAX as u128) as u64,
+            fused: Mutex::new(None),
             link: p.link,
             rank: p.rank,
             nranks,
@@ -362,6 +367,15 @@ fn busiest_gpu_ranks<T: PartialEq>(gpu_of_rank: impl Iterator<Item = T> + Clone)
 /// Describe a call descriptor recorded by a kernel (kernels/coll.cuh).
 fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
     use crate::coll::CollId;
+    if let Some(name) = fused_op_name(d[0] >> 24) {
+        // src/fused: op << 24 | aType << 16 | cType << 8 | bType << 2 | transB;
+        // mShard; a hash of the other shapes, layouts and chunks.
+        let t = |v: u32| crate::types::symmDataType_t::from_raw(v as i32).map_or_else(|| format!("type {v}"), |t| format!("{t:?}"));
+        return format!(
+            "{name}(mShard={}, aType {}, bType {}, cType {}, transB={}, n/k/ld/chunks hash {:#010x})",
+            d[1], t((d[0] >> 16) & 0xff), t((d[0] >> 2) & 0x3f), t((d[0] >> 8) & 0xff), d[0] & 1, d[2]
+        );
+    }
     let coll = CollId::from_raw(d[0] >> 24);
     let count = (d[1] as u64) | ((d[2] >> 16) as u64) << 32;
     let dtype = crate::types::symmDataType_t::from_raw(((d[2] >> 8) & 0xff) as i32)
@@ -375,6 +389,16 @@ fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
         s += &format!(", root={}", d[0] & 0xff_ffff);
     }
     s + ")"
+}
+
+/// Ids 7 and 8 of call descriptors are the fused matmul ops (src/fused
+/// writes them; this module only names them, to stay below it).
+fn fused_op_name(id: u32) -> Option<&'static str> {
+    match id {
+        7 => Some("symmAllGatherMatmul"),
+        8 => Some("symmMatmulReduceScatter"),
+        _ => None,
+    }
 }
 
 fn mismatch_error(s: &Status) -> Error {
@@ -391,7 +415,7 @@ fn mismatch_error(s: &Status) -> Error {
              pass symmetric or registered buffers at the same offset on every rank, or ordinary buffers on every rank",
             s.rank,
             s.peer,
-            crate::coll::CollId::from_raw(s.mine[0] >> 24).map_or("the collective", |c| c.name()),
+            crate::coll::CollId::from_raw(s.mine[0] >> 24).map(|c| c.name()).or(fused_op_name(s.mine[0] >> 24)).unwrap_or("the collective"),
             input(s.mine[3]),
             s.peer,
             theirs,

@@ -43,6 +43,20 @@ pub struct Config {
     /// communicator use the same GPU so that N-rank code paths can run on
     /// fewer GPUs. Never set it in production.
     pub test_shared_devices: bool,
+    /// `SYMM_FUSED_WORKSPACE_BYTES`: symmetric memory each rank gives the
+    /// fused matmul ops (default 256 MiB), allocated at a communicator's
+    /// first fused call; it bounds their pipeline chunks (src/fused).
+    pub fused_workspace_bytes: usize,
+    /// `SYMM_FUSED_RESERVE_SMS`: SMs the pipelined GEMMs leave free for the
+    /// fused ops' sync and reduction kernels (default 2).
+    pub fused_reserve_sms: u32,
+    /// `SYMM_CUBLASLT_LIB`: the cuBLASLt library to load (a path or a
+    /// file name); unset: libcublasLt.so.13, then .12, by name and in the
+    /// CUDA toolkit (`CUDA_HOME`, /usr/local/cuda). Pointing it at a file
+    /// that does not exist is how tests see the library missing.
+    pub cublaslt_lib: Option<String>,
+    /// `CUDA_HOME` (not a symmcomm variable): where cuBLASLt is looked for.
+    pub cuda_home: Option<String>,
     /// Variables that were set but unusable; logged once the logger is up.
     pub warnings: Vec<String>,
 }
@@ -64,6 +78,10 @@ pub fn get() -> &'static Config {
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
             test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
+            fused_workspace_bytes: param_in_range(&mut w, "FUSED_WORKSPACE_BYTES", (256u64 << 20) as f64, (1u64 << 20) as f64, (64u64 << 30) as f64) as usize,
+            fused_reserve_sms: param_in_range(&mut w, "FUSED_RESERVE_SMS", 2.0, 0.0, 64.0) as u32,
+            cublaslt_lib: param_opt(&mut w, "CUBLASLT_LIB"),
+            cuda_home: std::env::var("CUDA_HOME").ok().filter(|s| !s.trim().is_empty()),
             warnings: w,
         }
     })

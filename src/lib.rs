@@ -10,6 +10,8 @@
 //!   kernel launch). Nothing else calls the CUDA driver directly.
 //! - [`types`]: element types and reduction ops (the core's; `ffi`
 //!   re-exports them for the header).
+//! - [`fused`]: all-gather-matmul and matmul-reduce-scatter (cuBLASLt GEMMs
+//!   pipelined with copy-engine transfers).
 //! - [`config`]: every `SYMM_*` environment variable, read once.
 //! - [`debug`]: `SYMM_DEBUG` / `SYMM_DEBUG_SUBSYS` logging set-up.
 //! - [`error`]: the result codes and the crate's error type.
@@ -26,6 +28,7 @@ pub mod memory;
 pub mod coll;
 pub mod group;
 pub mod prims;
+pub mod fused;
 pub mod ffi;
 
 pub use error::{symmResult_t, Error, Result};

@@ -37,9 +37,23 @@ pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 4 * COLL_MAX_BL
 /// Point-to-point flags and counters.
 pub(crate) const P2P_OFFSET: usize = COLL_CHECK_OFFSET + 2 * COLL_MAX_BLOCKS * MAX_RANKS * DESC_WORDS * 4;
 const COLL_END: usize = P2P_OFFSET + P2P_FLAG_WORDS * 4;
+/// The fused matmul ops (src/fused): their start sync's flag row and the
+/// call descriptors it compares ([rank][4 words]), a barrier row, and the
+/// matmul-reduce-scatter's "partial landed" and "slot free" rows, one per
+/// slot parity.
+pub(crate) const FUSED_OFFSET: usize = 128 << 10;
+pub(crate) const FUSED_SYNC_OFFSET: usize = FUSED_OFFSET;
+pub(crate) const FUSED_DESC_OFFSET: usize = FUSED_OFFSET + 256;
+pub(crate) const FUSED_BARRIER_OFFSET: usize = FUSED_OFFSET + 512;
+pub(crate) const FUSED_DATA_OFFSET: usize = FUSED_OFFSET + 768;
+pub(crate) const FUSED_FREE_OFFSET: usize = FUSED_OFFSET + 1024;
+const FUSED_END: usize = FUSED_FREE_OFFSET + 2 * ROW_BYTES;
 
 const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
-const _: () = assert!(COLL_END <= USER_OFFSET);
+const _: () = assert!(COLL_END <= FUSED_OFFSET);
+const _: () = assert!(FUSED_DESC_OFFSET + MAX_RANKS * 16 <= FUSED_BARRIER_OFFSET);
+const _: () = assert!(FUSED_DATA_OFFSET + 2 * ROW_BYTES <= FUSED_FREE_OFFSET);
+const _: () = assert!(FUSED_END <= USER_OFFSET);
 const _: () = assert!(COLL_LL_COUNTERS + 2 <= 4 * COLL_MAX_BLOCKS);
 
 /// Rank r's pad address for each r, plus the device table of user areas.

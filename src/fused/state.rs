@@ -1,0 +1,390 @@
+//! Per-communicator resources of the fused ops, made at the first fused
+//! call: a cuBLASLt handle, two internal streams, events, two cuBLASLt
+//! workspaces, and the symmetric workspace. Also the small enqueue helpers
+//! the pipelines share (fork/join, copies, flag kernels, the reduction).
+//!
+//! The symmetric workspace (`SYMM_FUSED_WORKSPACE_BYTES` per rank, 256 MiB
+//! by default) is allocated collectively, like symmMemAlloc, so the first
+//! fused call on a communicator is a collective host call: every rank makes
+//! it (they do anyway; the fused calls are collectives), a thread driving
+//! several ranks makes it inside symmGroupStart/End, and it cannot be
+//! captured into a graph (it allocates). Later calls only enqueue.
+
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUevent, CUstream};
+use parking_lot::MutexGuard;
+
+use super::blaslt::{Blas, GemmKey, GemmPtrs};
+use crate::comm::Comm;
+use crate::config;
+use crate::cuda::abi::{FlagArgs, OpId, MAX_RANKS};
+use crate::cuda::buffer::DeviceBuffer;
+use crate::cuda::cu;
+use crate::cuda::device::Device;
+use crate::cuda::launch::{self, LaunchConfig};
+use crate::error::{bail, Error, Result};
+use crate::memory::{pad, symmetric};
+use crate::types::symmDataType_t;
+
+/// cuBLASLt workspace per GEMM stream (what cuBLAS uses on Hopper).
+const BLAS_WORKSPACE: usize = 32 << 20;
+/// Events that outlive one enqueue step (ring slots, outbox slots).
+pub const SLOT_EVENTS: usize = 2 * MAX_RANKS;
+
+/// `SymmFusedSyncArgs` (kernels/fused.cu).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SyncArgs {
+    flags: FlagArgs,
+    desc: u64,
+    peer_desc: [u64; MAX_RANKS],
+    mine: [u32; 4],
+}
+const _: () = assert!(std::mem::size_of::<SyncArgs>() == std::mem::size_of::<FlagArgs>() + 8 + 8 * MAX_RANKS + 16);
+
+/// `SymmFusedReduceArgs` (kernels/fused.cu).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ReduceArgs {
+    pub src: [u64; MAX_RANKS],
+    pub out: u64,
+    pub rows: u64,
+    pub cols: u64,
+    pub ld_out: u64,
+    pub beta: f32,
+    pub nsrc: u32,
+}
+const _: () = assert!(std::mem::size_of::<ReduceArgs>() == 8 * MAX_RANKS + 8 + 24 + 8);
+
+/// Flag kernels target every peer with this `peer`.
+pub const ALL_PEERS: u32 = u32::MAX;
+
+/// Which internal stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    Caller,
+    Compute,
+    Copy,
+}
+
+pub struct State {
+    device: Arc<Device>,
+    /// Dropped first, with the device current (see Drop).
+    pub blas: std::mem::ManuallyDrop<Blas>,
+    compute: CUstream,
+    copy: CUstream,
+    /// [0]: fork/relay; then SLOT_EVENTS that persist across steps.
+    events: Vec<CUevent>,
+    blas_ws: [DeviceBuffer; 2],
+    /// This rank's symmetric workspace and every rank's, as seen here.
+    pub ws: u64,
+    pub ws_peers: [u64; MAX_RANKS],
+    pub ws_bytes: usize,
+    /// SMs the pipelined GEMMs target (0: all).
+    pub sm_target: u32,
+    /// The caller's stream of the call being enqueued.
+    caller: CUstream,
+}
+
+// SAFETY: driver handles, used under the communicator's fused lock.
+unsafe impl Send for State {}
+
+/// The communicator's fused state, made first if needed (collective).
+pub fn lock(comm: &Comm, stream: CUstream) -> Result<StateGuard<'_>> {
+    let mut g = comm.fused.lock();
+    if g.is_none() {
+        if is_capturing(stream)? {
+            bail!(
+                symmInvalidUsage,
+                "the first fused call on a communicator allocates its workspace and cannot be captured in a CUDA graph; \
+                 make one call (a warm-up) before capturing"
+            );
+        }
+        *g = Some(Box::new(State::new(comm)?));
+    }
+    Ok(StateGuard { guard: g })
+}
+
+/// Whether the fused state exists (so a call only enqueues).
+pub fn ready(comm: &Comm) -> bool {
+    comm.fused.lock().is_some()
+}
+
+pub struct StateGuard<'a> {
+    guard: MutexGuard<'a, Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl StateGuard<'_> {
+    pub fn get(&mut self) -> &mut State {
+        self.guard.as_mut().and_then(|b| b.downcast_mut::<State>()).expect("the fused slot holds a fused::State")
+    }
+}
+
+fn is_capturing(stream: CUstream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    cu!(cuStreamIsCapturing(stream, &mut status))?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+impl State {
+    fn new(comm: &Comm) -> Result<State> {
+        let dev = comm.device.clone();
+        let _cur = dev.make_current()?;
+        let name = format!("{} (sm_{}{})", dev.name, dev.compute_capability.0, dev.compute_capability.1);
+        let blas = Blas::new(name, BLAS_WORKSPACE)?;
+        let cfg = config::get();
+        // The symmetric workspace first: it is collective, and every rank
+        // must reach it even if a local step below would fail.
+        let bytes = cfg.fused_workspace_bytes;
+        let ws = symmetric::alloc(&comm.mem, &comm.link, bytes, true)
+            .map_err(|e| e.context(format!("allocating the fused ops' symmetric workspace (SYMM_FUSED_WORKSPACE_BYTES={bytes})")))?;
+        let off = ws - comm.mem.space.slot(comm.rank);
+        let mut ws_peers = [0u64; MAX_RANKS];
+        for (r, p) in ws_peers.iter_mut().enumerate().take(comm.nranks) {
+            *p = comm.mem.space.slot(r) + off;
+        }
+        let (mut least, mut greatest) = (0, 0);
+        cu!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest))?;
+        let mut state = State {
+            device: dev.clone(),
+            blas: std::mem::ManuallyDrop::new(blas),
+            compute: std::ptr::null_mut(),
+            copy: std::ptr::null_mut(),
+            events: Vec::new(),
+            blas_ws: [DeviceBuffer::zeroed(&dev, BLAS_WORKSPACE)?, DeviceBuffer::zeroed(&dev, BLAS_WORKSPACE)?],
+            ws,
+            ws_peers,
+            ws_bytes: bytes,
+            sm_target: (dev.sm_count as u32).saturating_sub(cfg.fused_reserve_sms).max(1),
+            caller: std::ptr::null_mut(),
+        };
+        // Non-blocking: never ordered behind the legacy default stream.
+        // The copy stream carries the flag kernels: high priority, so they
+        // get the next free SM slot next to the GEMMs.
+        cu!(cuStreamCreateWithPriority(&mut state.compute, 1, least))?;
+        cu!(cuStreamCreateWithPriority(&mut state.copy, 1, greatest))?;
+        for _ in 0..1 + SLOT_EVENTS {
+            let mut e: CUevent = std::ptr::null_mut();
+            cu!(cuEventCreate(&mut e, 0x2))?; // CU_EVENT_DISABLE_TIMING
+            state.events.push(e);
+        }
+        log::info!(
+            target: "symmcomm::fused",
+            "rank {}: fused ops ready (cuBLASLt {}, {} MiB symmetric workspace at {ws:#x})",
+            comm.rank, state.blas.version(), bytes >> 20
+        );
+        Ok(state)
+    }
+
+    pub fn begin(&mut self, caller: CUstream) {
+        self.caller = caller;
+    }
+
+    pub fn stream(&self, on: On) -> CUstream {
+        match on {
+            On::Caller => self.caller,
+            On::Compute => self.compute,
+            On::Copy => self.copy,
+        }
+    }
+
+    /// `to` waits for everything enqueued on `from` so far.
+    pub fn order(&self, from: On, to: On) -> Result<()> {
+        // One event serves every relay: a wait takes the event's state when
+        // it is enqueued, right after the record.
+        let e = self.events[0];
+        cu!(cuEventRecord(e, self.stream(from)))?;
+        cu!(cuStreamWaitEvent(self.stream(to), e, 0))?;
+        Ok(())
+    }
+
+    /// Both internal streams start after the caller's earlier work.
+    pub fn fork(&self) -> Result<()> {
+        self.order(On::Caller, On::Compute)?;
+        self.order(On::Caller, On::Copy)
+    }
+
+    /// The caller's stream continues after both internal streams.
+    pub fn join(&self) -> Result<()> {
+        self.order(On::Compute, On::Caller)?;
+        self.order(On::Copy, On::Caller)
+    }
+
+    pub fn record_slot(&self, slot: usize, on: On) -> Result<()> {
+        cu!(cuEventRecord(self.events[1 + slot], self.stream(on)))?;
+        Ok(())
+    }
+
+    pub fn wait_slot(&self, slot: usize, on: On) -> Result<()> {
+        cu!(cuStreamWaitEvent(self.stream(on), self.events[1 + slot], 0))?;
+        Ok(())
+    }
+
+    /// A GEMM on `on`, with that stream's cuBLASLt workspace.
+    pub fn gemm(&mut self, key: &GemmKey, p: &GemmPtrs, beta: f32, on: On) -> Result<()> {
+        let ws = self.blas_ws[(on == On::Compute) as usize].ptr;
+        let stream = self.stream(on);
+        self.blas.gemm(key, p, beta, ws, stream)
+    }
+
+    /// Make `key`'s plan and, the first time, run it once on the caller's
+    /// stream with A and C in the workspace (garbage in, garbage out; B and
+    /// the scales are the call's), so that its kernels are loaded before
+    /// the call enqueues anything that waits for a peer.
+    pub fn prime(&mut self, key: &GemmKey, m: &super::desc::Matmul, b: u64) -> Result<()> {
+        if self.blas.has_plan(key) {
+            return Ok(());
+        }
+        use super::desc::Matmul;
+        let (rows, n, k) = (key.m as usize, key.n as usize, key.k as usize);
+        let a_bytes = Matmul::extent(rows, k, key.lda as usize, key.a_type.size())?;
+        let c_bytes = Matmul::extent(rows, n, key.ldc as usize, key.c_type.size())?;
+        if a_bytes.max(c_bytes) > self.ws_bytes {
+            return self.blas.make_plan(key);
+        }
+        let p = GemmPtrs { a: self.ws, b, c: self.ws, a_scale: m.a_scale, b_scale: m.b_scale };
+        self.gemm(key, &p, 0.0, On::Caller)
+    }
+
+    /// `rows` rows of `width` bytes, on the copy engines.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_rows(&self, dst: u64, dpitch: usize, src: u64, spitch: usize, width: usize, rows: usize, on: On) -> Result<()> {
+        if rows == 0 || width == 0 || dst == src {
+            return Ok(());
+        }
+        if dpitch == width && spitch == width {
+            cu!(cuMemcpyDtoDAsync_v2(dst, src, width * rows, self.stream(on)))?;
+            return Ok(());
+        }
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: spitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dpitch,
+            WidthInBytes: width,
+            Height: rows,
+        };
+        cu!(cuMemcpy2DAsync_v2(&p, self.stream(on)))?;
+        Ok(())
+    }
+
+    fn launch<T>(&self, kernel: &'static CStr, grid: u32, block: u32, args: &mut T, on: On) -> Result<()> {
+        let f = self.device.module().function(kernel)?;
+        let mut params = [(args as *mut T).cast::<c_void>()];
+        launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream(on), &mut params)
+    }
+
+    /// Start sync on the copy stream: meet every rank and compare `desc`.
+    pub fn sync(&self, comm: &Comm, desc: [u32; 4]) -> Result<()> {
+        let mut peer_desc = [0u64; MAX_RANKS];
+        for (r, d) in peer_desc.iter_mut().enumerate().take(comm.nranks) {
+            *d = comm.pads.local(r, pad::FUSED_DESC_OFFSET);
+        }
+        let mut a = SyncArgs {
+            flags: comm.flag_args(OpId::Collective, pad::FUSED_SYNC_OFFSET, 0),
+            desc: comm.pads.local(comm.rank, pad::FUSED_DESC_OFFSET),
+            peer_desc,
+            mine: desc,
+        };
+        self.launch(c"symm_fused_sync", 1, 32, &mut a, On::Copy)
+    }
+
+    /// Barrier of all ranks on `on` (the fused ops' own row).
+    pub fn barrier(&self, comm: &Comm, on: On) -> Result<()> {
+        let mut a = comm.flag_args(OpId::Collective, pad::FUSED_BARRIER_OFFSET, 0);
+        self.launch(c"symm_barrier", 1, 32, &mut a, on)
+    }
+
+    /// Signal `peer` (or ALL_PEERS) on the row at `offset`.
+    pub fn put(&self, comm: &Comm, offset: usize, peer: u32, on: On) -> Result<()> {
+        let mut a = comm.flag_args(OpId::Collective, offset, 0);
+        a.peer = peer;
+        self.launch(c"symm_fused_put", 1, 32, &mut a, on)
+    }
+
+    /// Wait for and consume `peer`'s (or every peer's) signal at `offset`.
+    pub fn wait(&self, comm: &Comm, offset: usize, peer: u32, on: On) -> Result<()> {
+        let mut a = comm.flag_args(OpId::Collective, offset, 0);
+        a.peer = peer;
+        self.launch(c"symm_fused_wait", 1, 32, &mut a, on)
+    }
+
+    /// The reduce-scatter's local reduction of landed partials, on `on`.
+    pub fn reduce(&self, dtype: symmDataType_t, mut a: ReduceArgs, on: On) -> Result<()> {
+        let kernel = match dtype {
+            symmDataType_t::symmBfloat16 => c"symm_fused_reduce_bf16",
+            symmDataType_t::symmFloat16 => c"symm_fused_reduce_f16",
+            symmDataType_t::symmFloat32 => c"symm_fused_reduce_f32",
+            t => bail!(symmInternalError, "no fused reduction for {t:?}"),
+        };
+        let vec = (16 / dtype.size()) as u64;
+        let work = (a.rows * a.cols).div_ceil(vec);
+        let grid = work.div_ceil(256).clamp(1, self.device.sm_count as u64) as u32;
+        self.launch(kernel, grid, 256, &mut a, on)
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        let Ok(_cur) = self.device.make_current() else { return };
+        // SAFETY: dropped once, here; never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.blas) };
+        // The communicator synchronised its device before dropping us.
+        for &e in &self.events {
+            let _ = cu!(cuEventDestroy_v2(e));
+        }
+        for s in [self.compute, self.copy] {
+            if !s.is_null() {
+                let _ = cu!(cuStreamDestroy_v2(s));
+            }
+        }
+    }
+}
+
+/// A device buffer of this communicator's GPU: a symmetric or registered
+/// one (returned), or plain device memory.
+pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<Option<crate::memory::index::BufferEntry>> {
+    if ptr == 0 {
+        bail!(symmInvalidArgument, "{name} is NULL");
+    }
+    if let Some(e) = comm.mem.find(ptr, bytes as u64) {
+        return Ok(Some(e));
+    }
+    launch::check_device_buffer(&comm.device, ptr as *const c_void, bytes, name)?;
+    Ok(None)
+}
+
+/// The state every fused call requires of the communicator.
+pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
+    if comm.is_aborted() {
+        bail!(symmInvalidUsage, "the communicator was aborted");
+    }
+    if let Err(e) = comm.async_error() {
+        return Err(Error::new(
+            crate::error::symmResult_t::symmInvalidUsage,
+            format!("the communicator has an asynchronous error and must be aborted: {}", e.msg),
+        ));
+    }
+    launch::check_stream(&comm.device, stream)
+}
+
+/// 32-bit FNV-1a of some words, for the call descriptors.
+pub fn hash32(words: &[u64]) -> u32 {
+    let h = words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    (h as u32) ^ (h >> 32) as u32
+}
