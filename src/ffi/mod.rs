@@ -21,6 +21,7 @@ pub mod primitives;
 pub mod memory;
 pub mod group;
 pub mod coll;
+pub mod device;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
