@@ -101,6 +101,7 @@ static int run_rank(int rank, int nranks, const symmUniqueId& id, int tokens, in
   int ngpus = 0;
   CUDA_OK(cudaGetDeviceCount(&ngpus));
   CUDA_OK(cudaSetDevice(rank % ngpus));
+  CUDA_OK(cudaFree(0));  // make the device's context current: symmCommInitRank uses it
   SYMM_OK(symmCommInitRank(&comm, nranks, id, rank));
 
   const int threads = 256, blocks = tokens < 64 ? tokens : 64;

@@ -69,6 +69,7 @@ static int run_rank(int rank, int nranks, const symmUniqueId& id, size_t count, 
   int ngpus = 0;
   CUDA_OK(cudaGetDeviceCount(&ngpus));
   CUDA_OK(cudaSetDevice(rank % ngpus));
+  CUDA_OK(cudaFree(0));  // make the device's context current: symmCommInitRank uses it
   SYMM_OK(symmCommInitRank(&comm, nranks, id, rank));
 
   const int threads = 512, blocks = 32;
