@@ -153,6 +153,17 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
            f == symmNotSupported ? "cuBLASLt" : kw);
   }
   EXPECT(symmMatmulDescInit(NULL, symmBfloat16), symmInvalidArgument, NULL, "symmMatmulDescInit", "desc");
+  /* The device API's host half: the communicator first, whatever else is wrong. */
+  symmDevCommRequirements dreq = SYMM_DEV_COMM_REQUIREMENTS_INITIALIZER;
+  dreq.blockCount = 1;
+  symmDevComm ddc, dsent;
+  memset(&ddc, 0x5a, sizeof ddc);
+  memcpy(&dsent, &ddc, sizeof ddc);
+  EXPECT(symmDevCommCreate(bad, &dreq, &ddc), want, NULL, "symmDevCommCreate", kw);
+  EXPECT(symmDevCommCreate(bad, NULL, NULL), want, NULL, "symmDevCommCreate", kw);
+  EXPECT(symmDevCommDestroy(bad, &ddc), want, NULL, "symmDevCommDestroy", kw);
+  EXPECT(symmDevCommDestroy(bad, NULL), want, NULL, "symmDevCommDestroy", kw);
+  CHECK(memcmp(&ddc, &dsent, sizeof ddc) == 0, "a failed symmDevCommCreate wrote its output");
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");
@@ -370,6 +381,31 @@ static void live_checks(symmComm_t a, symmComm_t b) {
   EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");
   EXPECT(symmCommSetCopyEngine(a, 2), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
   EXPECT(symmCommSetCopyEngine(a, -1), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
+  /* Device communicators (one rank: the collective part is trivial). */
+  symmDevCommRequirements dreq = SYMM_DEV_COMM_REQUIREMENTS_INITIALIZER, dbad;
+  dreq.blockCount = 2;
+  symmDevComm ddc, dsent;
+  memset(&ddc, 0x5a, sizeof ddc);
+  memcpy(&dsent, &ddc, sizeof ddc);
+  EXPECT(symmDevCommCreate(a, NULL, &ddc), symmInvalidArgument, a, "symmDevCommCreate", "req is NULL");
+  EXPECT(symmDevCommCreate(a, &dreq, NULL), symmInvalidArgument, a, "symmDevCommCreate", "devComm is NULL");
+  dbad = dreq, dbad.blockCount = 0;
+  EXPECT(symmDevCommCreate(a, &dbad, &ddc), symmInvalidArgument, a, "symmDevCommCreate", "blockCount is 0");
+  dbad = dreq, dbad.blockCount = SYMM_DEV_MAX_BLOCKS + 1;
+  EXPECT(symmDevCommCreate(a, &dbad, &ddc), symmInvalidArgument, a, "symmDevCommCreate", "SYMM_DEV_MAX_BLOCKS");
+  dbad = dreq, dbad.apiVersion = SYMM_DEVICE_API_VERSION + 100;
+  EXPECT(symmDevCommCreate(a, &dbad, &ddc), symmInvalidUsage, a, "symmDevCommCreate", "device API 2.0");
+  dbad = dreq, dbad.devCommSize = sizeof(symmDevComm) + 8;
+  EXPECT(symmDevCommCreate(a, &dbad, &ddc), symmInvalidUsage, a, "symmDevCommCreate", "layout");
+  CHECK(memcmp(&ddc, &dsent, sizeof ddc) == 0, "a refused symmDevCommCreate wrote its output");
+  EXPECT(symmDevCommDestroy(a, NULL), symmInvalidArgument, a, "symmDevCommDestroy", "devComm");
+  EXPECT(symmDevCommDestroy(a, &ddc), symmInvalidArgument, a, "symmDevCommDestroy", "not a live device communicator");
+  CHECK(symmDevCommCreate(a, &dreq, &ddc) == symmSuccess, "symmDevCommCreate(1 rank): %s", symmGetLastError(a));
+  CHECK(ddc.rank == 0 && ddc.nRanks == 1 && ddc.blockCount == 2 && ddc.version == SYMM_DEVICE_API_VERSION,
+        "symmDevCommCreate(1 rank) gave rank %d of %d, %u blocks, version %u", ddc.rank, ddc.nRanks, ddc.blockCount,
+        ddc.version);
+  CHECK(symmDevCommDestroy(a, &ddc) == symmSuccess, "symmDevCommDestroy: %s", symmGetLastError(a));
+  EXPECT(symmDevCommDestroy(a, &ddc), symmInvalidArgument, a, "symmDevCommDestroy", "not a live device communicator");
 
   CHECK(ptr == SENTINEL_PTR && table == (void **)SENTINEL_PTR, "a failed call wrote a pointer output");
   CHECK(out_size == (size_t)SENTINEL_INT && out == SENTINEL_INT, "a failed call wrote a size/int output");

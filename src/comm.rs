@@ -61,6 +61,9 @@ pub struct Comm {
     pub device: Arc<Device>,
     last_error: Mutex<CString>,
     aborted: AtomicBool,
+    /// Live device communicators (symmDevCommCreate): handle -> the
+    /// symmetric allocation holding their slots.
+    pub dev_comms: Mutex<std::collections::BTreeMap<u64, u64>>,
 }
 
 /// The parts made before the collective set-up of device state.
@@ -201,6 +204,7 @@ impl Comm {
             device: p.device,
             last_error: Mutex::new(CString::default()),
             aborted: AtomicBool::new(false),
+            dev_comms: Mutex::new(Default::default()),
         })
     }
 
@@ -226,6 +230,9 @@ impl Comm {
         if s.error == abi::DEV_OK {
             return Ok(());
         }
+        if s.op == OpId::Device as u32 {
+            return Err(abi::device_status_error(&s, self.timeout_ns));
+        }
         let op = OpId::from_raw(s.op).unwrap_or(OpId::None).name();
         let waited = s.waited_ns as f64 / 1e9;
         Err(match s.error {
@@ -238,6 +245,11 @@ impl Comm {
             abi::DEV_MISMATCH => mismatch_error(&s),
             k => err!(symmInternalError, "unknown device error kind {k}"),
         })
+    }
+
+    /// The status block as kernels address it (device API: symmDevComm::status).
+    pub fn status_device_ptr(&self) -> u64 {
+        self.status_dev
     }
 
     /// How kernels of operation `op` bound their waits.

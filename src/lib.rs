@@ -8,6 +8,8 @@
 //!   and file-descriptor passing between local processes.
 //! - [`cuda`]: driver-API wrappers (error mapping, contexts, module loading,
 //!   kernel launch). Nothing else calls the CUDA driver directly.
+//! - [`devcomm`]: device communicators for users' own kernels (the host
+//!   half of `include/symmcomm_device.cuh`).
 //! - [`types`]: element types and reduction ops (the core's; `ffi`
 //!   re-exports them for the header).
 //! - [`fused`]: all-gather-matmul and matmul-reduce-scatter (cuBLASLt GEMMs
@@ -29,6 +31,7 @@ pub mod coll;
 pub mod group;
 pub mod prims;
 pub mod fused;
+pub mod devcomm;
 pub mod ffi;
 
 pub use error::{symmResult_t, Error, Result};

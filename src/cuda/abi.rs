@@ -1,6 +1,8 @@
 //! Structures shared with the kernels; mirrors `kernels/abi.cuh`. Both sides
 //! assert the same sizes, so a change on one side alone fails to build.
 
+use crate::error::{err, Error};
+
 /// Most ranks a communicator may have (one NVLink node).
 pub(crate) const MAX_RANKS: usize = 8;
 
@@ -14,11 +16,13 @@ pub enum OpId {
     WaitSignal = 3,
     WaitValue = 4,
     Collective = 5,
+    /// A device-API function in a user's kernel (include/symmcomm_device.cuh).
+    Device = 6,
 }
 
 impl OpId {
     pub fn from_raw(v: u32) -> Option<OpId> {
-        [OpId::None, OpId::Barrier, OpId::PutSignal, OpId::WaitSignal, OpId::WaitValue, OpId::Collective]
+        [OpId::None, OpId::Barrier, OpId::PutSignal, OpId::WaitSignal, OpId::WaitValue, OpId::Collective, OpId::Device]
             .get(v as usize)
             .copied()
     }
@@ -31,6 +35,7 @@ impl OpId {
             OpId::WaitSignal => "symmWaitSignal",
             OpId::WaitValue => "symmStreamWaitValue32",
             OpId::Collective => "collective",
+            OpId::Device => "device API wait",
         }
     }
 }
@@ -40,6 +45,8 @@ pub(crate) const DEV_OK: u32 = 0;
 pub(crate) const DEV_TIMEOUT: u32 = 1;
 pub(crate) const DEV_ABORTED: u32 = 2;
 pub(crate) const DEV_MISMATCH: u32 = 3;
+/// Only the device API records this one: a bad argument to a device function.
+pub(crate) const DEV_INVALID_ARGUMENT: u32 = 4;
 
 /// `SymmStatus`: host-pinned, device-mapped; see kernels/abi.cuh.
 #[repr(C)]
@@ -166,3 +173,91 @@ pub struct P2PArgs {
     pub pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 24 * P2P_MAX_OPS + 16);
+
+// ---- Device-API records ------------------------------------------------------
+//
+// Users' kernels (include/symmcomm_device.cuh) record into the same status
+// block with `op == OpId::Device`: `detail` is `function << 24 | slot` for a
+// wait, `function << 24 | argument` for a bad argument; `mine` holds the
+// block index, the value waited for and the value seen (low words) and the
+// comparison; `theirs` the high words. The numbers are the device header's.
+
+/// Device-API function ids recorded in `symmDevStatus::detail` (top 8
+/// bits); the numbers are the device header's and never change.
+pub(crate) fn device_function_name(id: u32) -> &'static str {
+    match id {
+        1 => "symmDevBarrierArrive",
+        2 => "symmDevBarrierWait",
+        3 => "symmDevSignalSet",
+        4 => "symmDevSignalAdd",
+        5 => "symmDevSignalWait",
+        6 => "symmDevSignalWaitNext",
+        7 => "symmDevSignalRead",
+        8 => "symmDevLLStore",
+        9 => "symmDevLLLoad",
+        10 => "symmDevLLBegin",
+        11 => "symmDevBlockPutSignal",
+        12 => "symmDevPeerPtr",
+        _ => "device API function",
+    }
+}
+
+/// The message of a device-API record (`status.op == SYMM_DEV_STATUS_OP`).
+pub(crate) fn device_status_error(s: &Status, timeout_ns: u64) -> Error {
+    let func = s.detail >> 24;
+    let slot = s.detail & 0x00ff_ffff;
+    let name = device_function_name(func);
+    let block = s.mine[0];
+    let expected = (s.mine[1] as u64) | (s.theirs[0] as u64) << 32;
+    let seen = (s.mine[2] as u64) | (s.theirs[1] as u64) << 32;
+    let waited = s.waited_ns as f64 / 1e9;
+    let what = match func {
+        2 => format!(
+            "{name}(barrier slot {slot}) in block {block}, waiting for rank {}'s arrival #{expected} (its last was #{seen})",
+            s.peer
+        ),
+        5 => format!(
+            "{name}(signal slot {slot} from rank {}, until value {} {expected}) in block {block}; the slot holds {seen}",
+            s.peer,
+            cmp_name(s.mine[3])
+        ),
+        6 => format!(
+            "{name}(signal slot {slot} from rank {}) in block {block}, waiting for the count to reach {expected}; it is {seen}",
+            s.peer
+        ),
+        9 => format!(
+            "{name}(flag {expected}) in block {block}, waiting for rank {}'s packet (its flags read {:#x}, {:#x})",
+            s.peer,
+            seen & 0xffff_ffff,
+            seen >> 32
+        ),
+        _ => format!("{name}(slot {slot}) in block {block}, waiting for rank {}", s.peer),
+    };
+    match s.error {
+        DEV_TIMEOUT => err!(
+            symmTimeout,
+            "rank {}: {what}: timed out after {waited:.1} s (SYMM_TIMEOUT={:.1} s); the communicator is unusable, abort it",
+            s.rank,
+            timeout_ns as f64 / 1e9
+        ),
+        DEV_ABORTED => err!(symmRemoteError, "rank {}: {what}: stopped because the communicator was aborted", s.rank),
+        DEV_INVALID_ARGUMENT => {
+            let arg = match slot {
+                1 => format!("slot {expected} is out of range (the device communicator reserved {seen})"),
+                2 => format!("peer {expected} is out of range for {seen} ranks"),
+                3 => "the team does not contain this rank or does not fit the communicator".to_string(),
+                4 => format!("pointer {expected:#x} is not 16-byte aligned (LL packets are 16 bytes)"),
+                5 => format!("{expected} is not a symmDevSignalOp_t"),
+                6 => format!("{expected} is not a symmDevCmp_t"),
+                7 => format!("{expected:#x} is not inside this rank's symmetric heap"),
+                _ => format!("argument {slot} is invalid"),
+            };
+            err!(symmInvalidArgument, "rank {}: {name} in block {block}: {arg}; the communicator is unusable", s.rank)
+        }
+        k => err!(symmInternalError, "unknown device error kind {k} from {name}"),
+    }
+}
+
+fn cmp_name(c: u32) -> &'static str {
+    ["==", "!=", ">=", ">", "<=", "<"].get(c as usize).copied().unwrap_or("?")
+}

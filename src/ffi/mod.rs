@@ -22,6 +22,7 @@ pub mod memory;
 pub mod group;
 pub mod coll;
 pub mod fused;
+pub mod device;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};

@@ -31,7 +31,7 @@ use crate::types::symmDataType_t;
 /// cuBLASLt workspace per GEMM stream (what cuBLAS uses on Hopper).
 const BLAS_WORKSPACE: usize = 32 << 20;
 /// Events that outlive one enqueue step (ring slots, outbox slots).
-pub const SLOT_EVENTS: usize = 2 * MAX_RANKS;
+pub(crate) const SLOT_EVENTS: usize = 2 * MAX_RANKS;
 
 /// `SymmFusedSyncArgs` (kernels/fused.cu).
 #[repr(C)]
@@ -59,7 +59,7 @@ pub struct ReduceArgs {
 const _: () = assert!(std::mem::size_of::<ReduceArgs>() == 8 * MAX_RANKS + 8 + 24 + 8);
 
 /// Flag kernels target every peer with this `peer`.
-pub const ALL_PEERS: u32 = u32::MAX;
+pub(crate) const ALL_PEERS: u32 = u32::MAX;
 
 /// Which internal stream.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -169,6 +169,25 @@ impl CommMemory {
         }
     }
 
+    /// A collective step of its own (not an allocation): every rank
+    /// contributes `(a, b)` and its local verdict; fails on every rank if
+    /// any rank failed (see [`agree`]), else returns every rank's record.
+    pub(crate) fn agree_op(
+        &self,
+        link: &crate::bootstrap::Transport,
+        op: HostOp,
+        a: u64,
+        b: u64,
+        local: Option<crate::error::Error>,
+    ) -> Result<Vec<Agreement>> {
+        let mut st = self.state.lock();
+        let seq = st.op_seq;
+        st.op_seq += 1;
+        let mut mine = Agreement::new(op, seq, a, b);
+        mine.error = local;
+        agree(link, &mine)
+    }
+
     fn publish(&self, st: &MemState) {
         let entries = st.allocs.values().map(|a| a.entry).chain(st.regs.values().map(|r| r.entry)).collect();
         self.index.update(|_| BufferIndex::new(entries));
@@ -212,6 +231,7 @@ pub(crate) enum HostOp {
     Free = 2,
     Register = 3,
     Status = 4,
+    DevComm = 5,
 }
 
 impl HostOp {
@@ -221,6 +241,7 @@ impl HostOp {
             HostOp::Free => "symmMemFree",
             HostOp::Register => "symmCommRegister",
             HostOp::Status => "status exchange",
+            HostOp::DevComm => "symmDevCommCreate",
         }
     }
 }
@@ -256,6 +277,7 @@ impl Agreement {
             2 => HostOp::Free,
             3 => HostOp::Register,
             4 => HostOp::Status,
+            5 => HostOp::DevComm,
             _ => return Err(bad()),
         };
         let (seq, a, bb) = (u64_at(4)?, u64_at(12)?, u64_at(20)?);

@@ -159,13 +159,26 @@ pub(crate) fn check_same(all: &[Agreement], what: &str, f: impl Fn(&Agreement) -
 
 /// Collective `symmMemFree`. `ptr` must be the address symmMemAlloc gave.
 pub fn free(mem: &CommMemory, link: &Transport, ptr: CUdeviceptr) -> Result<()> {
+    free_impl(mem, link, ptr, false)
+}
+
+/// Collective release of one of the library's own allocations (made with
+/// `internal`), e.g. a device communicator's slots.
+pub fn free_internal(mem: &CommMemory, link: &Transport, ptr: CUdeviceptr) -> Result<()> {
+    free_impl(mem, link, ptr, true)
+}
+
+fn free_impl(mem: &CommMemory, link: &Transport, ptr: CUdeviceptr, internal: bool) -> Result<()> {
     let _cur = mem.device.make_current()?;
     let mut st = mem.state.lock();
     let Some(a) = st.allocs.get(&ptr) else {
         bail!(symmInvalidArgument, "{ptr:#x} is not a live symmetric allocation of this communicator (symmMemAlloc returns the only valid addresses)");
     };
-    if a.internal {
-        bail!(symmInvalidArgument, "{ptr:#x} is the communicator's signal pad, which is freed with the communicator");
+    if a.internal && !internal {
+        bail!(symmInvalidArgument, "{ptr:#x} is memory the library owns (the signal pad or a device communicator's slots), freed with its owner");
+    }
+    if !a.internal && internal {
+        bail!(symmInternalError, "{ptr:#x} is a user allocation, not the library's");
     }
     let (offset, mapped) = (a.offset, a.mapped);
     let seq = st.op_seq;
