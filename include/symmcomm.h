@@ -70,6 +70,35 @@ struct CUstream_st;
 #define SYMM_SIGNAL_CHANNELS 1024
 
 /**
+ * `color` for ranks that take part in symmCommSplit but join no new
+ * communicator (as NCCL_SPLIT_NOCOLOR): they get NULL.
+ */
+#define SYMM_SPLIT_NOCOLOR -1
+
+/**
+ * symmCommShrink flags (as NCCL_SHRINK_DEFAULT / NCCL_SHRINK_ABORT).
+ * Default: the parent's work is complete.
+ */
+#define SYMM_SHRINK_DEFAULT 0
+
+/**
+ * Abort: first make kernels still waiting on the parent (for a rank that
+ * died) exit; the parent can then only be destroyed.
+ */
+#define SYMM_SHRINK_ABORT 1
+
+/**
+ * `symmConfig_t.magic` as written by symmConfigInit.
+ */
+#define SYMM_CONFIG_MAGIC 1128679251
+
+/**
+ * A `symmConfig_t` setting left at this value is inherited from the
+ * parent communicator.
+ */
+#define SYMM_CONFIG_UNDEF -1
+
+/**
  * Result codes returned by every `symm*` function. Numbers 0-6 match NCCL's
  * `ncclResult_t`; the values are part of the ABI and never change.
  */
@@ -176,6 +205,43 @@ typedef struct {
   char internal[SYMM_UNIQUE_ID_BYTES];
 } symmUniqueId;
 
+/**
+ * Settings of a new communicator (symmCommSplit, symmCommShrink). Fill it
+ * with `symmConfigInit(&cfg, sizeof cfg)`, then change the settings you
+ * want; the rest are inherited from the parent. Every rank that ends up in
+ * the same new communicator must pass the same settings (or NULL).
+ * Later versions only append fields; `size` says which ones the caller has.
+ */
+typedef struct {
+  /**
+   * sizeof(symmConfig_t) as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * SYMM_CONFIG_MAGIC.
+   */
+  unsigned int magic;
+  /**
+   * SYMM_VERSION_CODE of the header the caller compiled with.
+   */
+  unsigned int version;
+  /**
+   * Bytes of staging scratch (SYMM_SCRATCH_BYTES for new communicators):
+   * 1 MiB to 4 GiB, the same on every rank.
+   */
+  int64_t scratchBytes;
+  /**
+   * Longest device-side wait for a peer, in milliseconds (SYMM_TIMEOUT):
+   * 1 to 86,400,000.
+   */
+  int64_t timeoutMs;
+  /**
+   * 1: all-gather and reduce-scatter on the copy engines, 0: on SMs
+   * (SYMM_COPY_ENGINE, symmCommSetCopyEngine).
+   */
+  int64_t copyEngine;
+} symmConfig_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -248,6 +314,34 @@ symmResult_t symmCommCuDevice(symmComm_t comm, int *device);
  * Writes the caller's rank to `*rank`.
  */
 symmResult_t symmCommUserRank(symmComm_t comm, int *rank);
+
+/**
+ * Initialise `*config` (`size` = sizeof(symmConfig_t) as the caller
+ * compiled it, at least the header and every field of version 0.1):
+ * every setting SYMM_CONFIG_UNDEF, i.e. inherited.
+ */
+symmResult_t symmConfigInit(symmConfig_t *config, size_t size);
+
+/**
+ * Collective over `comm`: the ranks passing the same `color` (>= 0) form a
+ * new communicator, ranked by `key`, then by rank in `comm`; `*newcomm`
+ * is NULL for `SYMM_SPLIT_NOCOLOR`. Every rank of `comm` must call it
+ * (one failing rank fails all of them). `config` may be NULL: the new
+ * communicator inherits `comm`'s settings. It shares nothing with `comm`:
+ * either may be destroyed first. Inside symmGroupStart/End, `*newcomm` is
+ * written at symmGroupEnd.
+ */
+symmResult_t symmCommSplit(symmComm_t comm, int color, int key, const symmConfig_t *config, symmComm_t *newcomm);
+
+/**
+ * A new communicator of every rank of `comm` but the `excludeCount` ranks
+ * in `excludeRanks`, in `comm`'s order. Called by the remaining ranks only
+ * (each with the same list). `flags`: SYMM_SHRINK_DEFAULT, or
+ * SYMM_SHRINK_ABORT to end `comm`'s pending work first (after a rank
+ * died). `config` as in symmCommSplit. Inside symmGroupStart/End,
+ * `*newcomm` is written at symmGroupEnd.
+ */
+symmResult_t symmCommShrink(symmComm_t comm, const int *excludeRanks, int excludeCount, const symmConfig_t *config, int flags, symmComm_t *newcomm);
 
 /**
  * Fill `count` 32-bit words at `dst` with `value`, ordered on `stream`.

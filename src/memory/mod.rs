@@ -174,6 +174,15 @@ impl CommMemory {
         self.index.update(|_| BufferIndex::new(entries));
     }
 
+    /// The number of a collective host call that is not a memory call
+    /// (symmCommSplit, symmCommShrink), counted with the memory calls so
+    /// that ranks doing different collective host calls notice.
+    pub(crate) fn next_op_seq(&self) -> u64 {
+        let mut st = self.state.lock();
+        st.op_seq += 1;
+        st.op_seq - 1
+    }
+
     /// Unmap and free everything. Called with the device idle (the
     /// communicator synchronised it) and its context current.
     pub fn release_all(&self) {
@@ -212,6 +221,7 @@ pub(crate) enum HostOp {
     Free = 2,
     Register = 3,
     Status = 4,
+    Split = 5,
 }
 
 impl HostOp {
@@ -221,6 +231,7 @@ impl HostOp {
             HostOp::Free => "symmMemFree",
             HostOp::Register => "symmCommRegister",
             HostOp::Status => "status exchange",
+            HostOp::Split => "symmCommSplit",
         }
     }
 }
@@ -256,6 +267,7 @@ impl Agreement {
             2 => HostOp::Free,
             3 => HostOp::Register,
             4 => HostOp::Status,
+            5 => HostOp::Split,
             _ => return Err(bad()),
         };
         let (seq, a, bb) = (u64_at(4)?, u64_at(12)?, u64_at(20)?);
