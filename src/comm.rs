@@ -494,6 +494,7 @@ fn coll_state(p: &Parts) -> Result<CollState> {
         algo,
         copy_engine: p.settings.copy_engine.into(),
         checks: Default::default(),
+        paths: Default::default(),
     })
 }
 
