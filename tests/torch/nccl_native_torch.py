@@ -132,17 +132,18 @@ def check_pool(ck, name, backend, allocator, dev, world, rank):
     pool = torch.cuda.MemPool(allocator)
     n = 1 << 20  # 4 MiB per rank: above the LL size, so collectives take the synced kernels
     with torch.cuda.use_mem_pool(pool):
-        # Several tensors per segment: the pool hands out pieces of one
-        # ncclMemAlloc block, which are registered through the whole block.
+        # The pool hands out pieces of its ncclMemAlloc blocks, registered
+        # through the whole block: `rs` first, so that the all-gather input
+        # `a` lies at an offset inside the block they share.
         pad = torch.empty(4096, device=dev)
+        rs = torch.empty(n, device=dev)
         a = torch.empty(n, device=dev)
         big = torch.empty(n * world, device=dev)
         out = torch.empty(n * world, device=dev)
-        rs = torch.empty(n, device=dev)
     try:
         segs = [s for s in torch.cuda.memory.memory_snapshot() if tuple(s.get("segment_pool_id", ())) == tuple(pool.id)]
         print(f"[rank {rank}] {name}: pool {pool.id}: segments {[(hex(s['address']), s['total_size']) for s in segs]}, "
-              f"tensors at {[hex(t.data_ptr()) for t in (pad, a, big, out, rs)]}", flush=True)
+              f"tensors pad, rs, a, big, out at {[hex(t.data_ptr()) for t in (pad, rs, a, big, out)]}", flush=True)
     except Exception as e:  # noqa: BLE001 - informational only
         print(f"[rank {rank}] {name}: no memory snapshot ({e!r})", flush=True)
     try:
