@@ -164,6 +164,14 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmDevCommDestroy(bad, &ddc), want, NULL, "symmDevCommDestroy", kw);
   EXPECT(symmDevCommDestroy(bad, NULL), want, NULL, "symmDevCommDestroy", kw);
   CHECK(memcmp(&ddc, &dsent, sizeof ddc) == 0, "a failed symmDevCommCreate wrote its output");
+  /* Split and shrink check the parent first, before their other arguments. */
+  symmComm_t child = SENTINEL_COMM;
+  const int excl[1] = {1};
+  EXPECT(symmCommSplit(bad, 0, 0, NULL, &child), want, NULL, "symmCommSplit", kw);
+  EXPECT(symmCommSplit(bad, SYMM_SPLIT_NOCOLOR, 0, NULL, NULL), want, NULL, "symmCommSplit", kw);
+  EXPECT(symmCommShrink(bad, excl, 1, NULL, SYMM_SHRINK_DEFAULT, &child), want, NULL, "symmCommShrink", kw);
+  EXPECT(symmCommShrink(bad, NULL, -1, NULL, 7, NULL), want, NULL, "symmCommShrink", kw);
+  CHECK(child == SENTINEL_COMM, "a failed split or shrink wrote *newcomm");
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");
@@ -241,6 +249,32 @@ static void cpu_checks(void) {
   CHECK(via_fake && via_null && strcmp(via_fake, via_null) == 0,
         "symmGetLastError(non-live) = \"%s\", symmGetLastError(NULL) = \"%s\"", via_fake ? via_fake : "(null)",
         via_null ? via_null : "(null)");
+
+  /* symmConfigInit: the caller's struct size must hold every field. */
+  symmConfig_t cfg;
+  memset(&cfg, 0x5a, sizeof cfg);
+  EXPECT(symmConfigInit(NULL, sizeof cfg), symmInvalidArgument, NULL, "symmConfigInit", "config");
+  EXPECT(symmConfigInit(&cfg, 8), symmInvalidArgument, NULL, "symmConfigInit", "size");
+  EXPECT(symmConfigInit(&cfg, sizeof cfg - 1), symmInvalidArgument, NULL, "symmConfigInit", "size");
+  CHECK(cfg.magic == 0x5a5a5a5au, "a failed symmConfigInit wrote the struct");
+  CHECK(symmConfigInit(&cfg, sizeof cfg) == symmSuccess, "symmConfigInit: %s", symmGetLastError(NULL));
+  CHECK(cfg.size == sizeof cfg && cfg.magic == SYMM_CONFIG_MAGIC && cfg.version == SYMM_VERSION_CODE &&
+            cfg.scratchBytes == SYMM_CONFIG_UNDEF && cfg.timeoutMs == SYMM_CONFIG_UNDEF &&
+            cfg.copyEngine == SYMM_CONFIG_UNDEF,
+        "symmConfigInit filled size %zu magic %#x version %u scratch %lld timeout %lld copy %lld", cfg.size,
+        cfg.magic, cfg.version, (long long)cfg.scratchBytes, (long long)cfg.timeoutMs, (long long)cfg.copyEngine);
+  /* A newer caller's larger struct: its extra fields are left alone. */
+  struct {
+    symmConfig_t v1;
+    uint64_t later;
+  } newer;
+  newer.later = 0x1234;
+  CHECK(symmConfigInit(&newer.v1, sizeof newer) == symmSuccess && newer.v1.size == sizeof newer &&
+            newer.later == 0x1234,
+        "symmConfigInit on a larger struct: size %zu, extra field %#llx", newer.v1.size,
+        (unsigned long long)newer.later);
+  CHECK(SYMM_SPLIT_NOCOLOR == -1 && SYMM_SHRINK_DEFAULT == 0 && SYMM_SHRINK_ABORT == 1,
+        "split/shrink constants differ from NCCL's");
 
   /* Groups: End needs a matching Start; nesting is counted. */
   EXPECT(symmGroupEnd(), symmInvalidUsage, NULL, "symmGroupEnd", "symmGroupStart");
@@ -406,6 +440,55 @@ static void live_checks(symmComm_t a, symmComm_t b) {
         ddc.version);
   CHECK(symmDevCommDestroy(a, &ddc) == symmSuccess, "symmDevCommDestroy: %s", symmGetLastError(a));
   EXPECT(symmDevCommDestroy(a, &ddc), symmInvalidArgument, a, "symmDevCommDestroy", "not a live device communicator");
+
+  /* Split and shrink of a one-rank communicator (collective over one rank:
+   * a bad argument fails at once, nothing is written). */
+  symmComm_t child = SENTINEL_COMM;
+  symmConfig_t cfg;
+  CHECK(symmConfigInit(&cfg, sizeof cfg) == symmSuccess, "symmConfigInit failed");
+  EXPECT(symmCommSplit(a, 0, 0, NULL, NULL), symmInvalidArgument, a, "symmCommSplit", "newcomm");
+  EXPECT(symmCommSplit(a, -2, 0, NULL, &child), symmInvalidArgument, a, "symmCommSplit", "color -2");
+  symmConfig_t bad_cfg = cfg;
+  bad_cfg.magic = 0;
+  EXPECT(symmCommSplit(a, 0, 0, &bad_cfg, &child), symmInvalidArgument, a, "symmCommSplit", "symmConfigInit");
+  bad_cfg = cfg;
+  bad_cfg.scratchBytes = 4096;
+  EXPECT(symmCommSplit(a, 0, 0, &bad_cfg, &child), symmInvalidArgument, a, "symmCommSplit", "scratchBytes");
+  bad_cfg = cfg;
+  bad_cfg.copyEngine = 3;
+  EXPECT(symmCommSplit(a, 0, 0, &bad_cfg, &child), symmInvalidArgument, a, "symmCommSplit", "copyEngine");
+  const int excl_self[1] = {0}, excl_out[1] = {1}, excl_twice[2] = {0, 0};
+  EXPECT(symmCommShrink(a, excl_self, 1, NULL, SYMM_SHRINK_DEFAULT, &child), symmInvalidArgument, a,
+         "symmCommShrink", "excluded ranks must not call");
+  EXPECT(symmCommShrink(a, excl_out, 1, NULL, SYMM_SHRINK_DEFAULT, &child), symmInvalidArgument, a,
+         "symmCommShrink", "not a rank");
+  EXPECT(symmCommShrink(a, excl_twice, 2, NULL, SYMM_SHRINK_DEFAULT, &child), symmInvalidArgument, a,
+         "symmCommShrink", "excludeRanks");
+  EXPECT(symmCommShrink(a, NULL, 1, NULL, SYMM_SHRINK_DEFAULT, &child), symmInvalidArgument, a, "symmCommShrink",
+         "excludeRanks");
+  EXPECT(symmCommShrink(a, NULL, -1, NULL, SYMM_SHRINK_DEFAULT, &child), symmInvalidArgument, a, "symmCommShrink",
+         "excludeCount");
+  EXPECT(symmCommShrink(a, NULL, 0, NULL, 5, &child), symmInvalidArgument, a, "symmCommShrink", "flags");
+  EXPECT(symmCommShrink(a, NULL, 0, NULL, SYMM_SHRINK_DEFAULT, NULL), symmInvalidArgument, a, "symmCommShrink",
+         "newcomm");
+  CHECK(child == SENTINEL_COMM, "a failed split or shrink wrote *newcomm");
+  /* The valid calls: NOCOLOR gives NULL; a one-rank child and a one-rank
+   * shrink work, and outlive their parent's queries. */
+  CHECK(symmCommSplit(a, SYMM_SPLIT_NOCOLOR, 0, NULL, &child) == symmSuccess && child == NULL,
+        "NOCOLOR split: %s, child %p", symmGetLastError(a), (void *)child);
+  cfg.timeoutMs = 5000;
+  CHECK(symmCommSplit(a, 3, 9, &cfg, &child) == symmSuccess && child != NULL, "one-rank split: %s",
+        symmGetLastError(a));
+  if (child) {
+    int n = -1, r = -1;
+    CHECK(symmCommCount(child, &n) == symmSuccess && n == 1 && symmCommUserRank(child, &r) == symmSuccess && r == 0,
+          "one-rank child: count %d rank %d", n, r);
+    symmComm_t grandchild = NULL;
+    CHECK(symmCommShrink(child, NULL, 0, NULL, SYMM_SHRINK_DEFAULT, &grandchild) == symmSuccess && grandchild,
+          "one-rank shrink: %s", symmGetLastError(child));
+    CHECK(symmCommDestroy(child) == symmSuccess, "destroy child: %s", symmGetLastError(child));
+    if (grandchild) CHECK(symmCommDestroy(grandchild) == symmSuccess, "destroy shrink child failed");
+  }
 
   CHECK(ptr == SENTINEL_PTR && table == (void **)SENTINEL_PTR, "a failed call wrote a pointer output");
   CHECK(out_size == (size_t)SENTINEL_INT && out == SENTINEL_INT, "a failed call wrote a size/int output");

@@ -3,7 +3,7 @@
 # static archive iff it was built, and a relocatable CMake package.
 #
 #   cmake -DBUILD_DIR=<build> -DPREFIX=<stage> -DSOURCE_HEADER=<include/symmcomm.h>
-#         -DVERSION=x.y.z -DLIBDIR=lib -DHAVE_STATIC=ON|OFF -P install_check.cmake
+#         -DVERSION=x.y.z -DLIBDIR=lib -DHAVE_STATIC=ON|OFF [-DHAVE_NCCL=ON|OFF] -P install_check.cmake
 cmake_minimum_required(VERSION 3.18) # policies for script mode (IN_LIST, ...)
 foreach(var BUILD_DIR PREFIX SOURCE_HEADER VERSION LIBDIR HAVE_STATIC)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
@@ -50,6 +50,21 @@ if(HAVE_STATIC AND NOT EXISTS "${lib}/libsymmcomm.a")
   fail("libsymmcomm.a was built but not installed")
 elseif(NOT HAVE_STATIC AND EXISTS "${lib}/libsymmcomm.a")
   fail("libsymmcomm.a installed although it was not built")
+endif()
+
+# The libnccl.so.2 stand-in: in lib/symmcomm/ only, never next to the
+# library (where it would shadow the real NCCL).
+if(HAVE_NCCL)
+  if(NOT EXISTS "${lib}/symmcomm/libnccl.so.2" OR IS_SYMLINK "${lib}/symmcomm/libnccl.so.2")
+    fail("${lib}/symmcomm/libnccl.so.2 is missing or not a regular file")
+  endif()
+  if(NOT IS_SYMLINK "${lib}/symmcomm/libnccl.so")
+    fail("${lib}/symmcomm/libnccl.so (for -lnccl) is not a symlink")
+  endif()
+endif()
+file(GLOB stray "${lib}/libnccl*")
+if(stray)
+  fail("a libnccl file was installed next to the library (it would shadow the real NCCL): ${stray}")
 endif()
 
 file(SHA256 "${SOURCE_HEADER}" want)

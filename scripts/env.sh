@@ -11,10 +11,19 @@ CMAKE_PIP_PIN="cmake==3.31.6"
 # nvcc: the one lookup lives in scripts/find-nvcc (build.rs and CMake use it too).
 find_nvcc() { "$(dirname "${BASH_SOURCE[0]}")/find-nvcc"; }
 
+# The cmake scripts/setup installs from PyPI when the machine has none (its
+# binaries, not pip's Python wrappers), ahead on PATH: the scripts use it,
+# and so does a shell that sources this file (`source scripts/env.sh`).
+SYMM_CMAKE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.toolchain/cmake-pip/cmake/data/bin"
+if [ -x "$SYMM_CMAKE_DIR/cmake" ] && [[ ":$PATH:" != *":$SYMM_CMAKE_DIR:"* ]]; then
+  export PATH="$SYMM_CMAKE_DIR:$PATH"
+fi
+
+# The first cmake that runs (a broken wrapper on PATH is skipped).
 cmake_bin() {
   local c
-  for c in "$(command -v cmake || true)" "$PWD/.toolchain/cmake-pip/cmake/data/bin/cmake"; do
-    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  for c in "$(command -v cmake || true)" "$SYMM_CMAKE_DIR/cmake"; do
+    [ -n "$c" ] && [ -x "$c" ] && "$c" --version >/dev/null 2>&1 && { echo "$c"; return 0; }
   done
   return 1
 }

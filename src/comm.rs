@@ -36,6 +36,30 @@ pub struct PeerInfo {
     pub status_msg: String,
 }
 
+/// Per-communicator settings: from the environment at init, from the
+/// parent (or a `symmConfig_t`) for a split. Every rank of a communicator
+/// must use the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommSettings {
+    /// Staging scratch bytes (`SYMM_SCRATCH_BYTES`): four halves of a quarter each.
+    pub scratch_bytes: usize,
+    /// How long a kernel waits for a peer (`SYMM_TIMEOUT`), in nanoseconds.
+    pub timeout_ns: u64,
+    /// All-gather and reduce-scatter on the copy engines (`SYMM_COPY_ENGINE`).
+    pub copy_engine: bool,
+}
+
+impl CommSettings {
+    pub fn from_env() -> CommSettings {
+        let cfg = config::get();
+        CommSettings {
+            scratch_bytes: cfg.scratch_bytes,
+            timeout_ns: cfg.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            copy_engine: cfg.copy_engine,
+        }
+    }
+}
+
 /// A communicator: one rank's view of a group of GPUs on one node.
 ///
 /// Field order is drop order: memory is unmapped (with the device idle, see
@@ -56,6 +80,8 @@ pub struct Comm {
     pub rank: usize,
     pub nranks: usize,
     pub peers: Vec<PeerInfo>,
+    /// What it was made with (a split without a config inherits them).
+    pub settings: CommSettings,
     /// GPUs of ranks living in this process, kept open for peer access.
     _local_peers: Vec<Arc<Device>>,
     pub device: Arc<Device>,
@@ -67,13 +93,14 @@ pub struct Comm {
 }
 
 /// The parts made before the collective set-up of device state.
-struct Parts {
-    rank: usize,
-    peers: Vec<PeerInfo>,
-    device: Arc<Device>,
-    link: Transport,
-    mem: CommMemory,
-    local_peers: Vec<Arc<Device>>,
+pub(crate) struct Parts {
+    pub rank: usize,
+    pub peers: Vec<PeerInfo>,
+    pub device: Arc<Device>,
+    pub link: Transport,
+    pub mem: CommMemory,
+    pub local_peers: Vec<Arc<Device>>,
+    pub settings: CommSettings,
 }
 
 impl Comm {
@@ -86,12 +113,21 @@ impl Comm {
     /// every rank succeeds or every rank fails.
     pub fn init_rank(nranks: i32, id: &UniqueId, rank: i32) -> Result<Arc<Comm>> {
         let boot = Bootstrap::connect(id, nranks, rank, &BootstrapConfig::from_env())?;
+        let local = Device::current_ordinal().and_then(Device::open);
+        Comm::from_bootstrap(boot, local, CommSettings::from_env())
+    }
+
+    /// Everything after the rendezvous of a communicator whose ranks are
+    /// processes (or threads with their own bootstrap): share each rank's
+    /// GPU and set-up outcome, check the group, reserve the symmetric space
+    /// and set up device state, failing on every rank together. `local` is
+    /// this rank's GPU (or why it has none).
+    pub(crate) fn from_bootstrap(boot: Bootstrap, local: Result<Arc<Device>>, settings: CommSettings) -> Result<Arc<Comm>> {
         let rank = boot.rank();
         if boot.nranks() > MAX_RANKS {
             // Everyone computes the same verdict from the same nranks.
             bail!(symmNotSupported, "nranks {} exceeds the {MAX_RANKS} GPUs symmcomm supports in one group", boot.nranks());
         }
-        let local = Device::current_ordinal().and_then(Device::open);
         let me = PeerInfo::local(local.as_ref());
         let peers = exchange(&boot, &me)?;
         let device = agree_on_status(&peers, rank, local)?;
@@ -112,7 +148,7 @@ impl Comm {
         let (local_peers, space) = local_setup?;
         let mem = CommMemory::new(space, rank, device.clone(), vec![device.handle]);
         let link = Transport::Sockets(Box::new(boot));
-        let comm = Comm::finish(Parts { rank, peers, device, link, mem, local_peers })?;
+        let comm = Comm::finish(Parts { rank, peers, device, link, mem, local_peers, settings })?;
         log::info!(
             target: "symmcomm::init",
             "rank {rank}/{} ready on device {} ({}), bus {}",
@@ -150,6 +186,7 @@ impl Comm {
         let space = SymmSpace::reserve(opened.len(), &opened)?;
         let group = LocalGroup::new(opened.len(), config::get().bootstrap_timeout);
         let access: Vec<_> = opened.iter().map(|d| d.handle).collect();
+        let settings = CommSettings::from_env();
         let parts: Vec<Parts> = opened
             .iter()
             .enumerate()
@@ -160,6 +197,7 @@ impl Comm {
                 link: Transport::InProcess(group.member(rank)),
                 mem: CommMemory::new(space.clone(), rank, dev.clone(), access.clone()),
                 local_peers: opened.clone(),
+                settings,
             })
             .collect();
         // The device-state set-up is collective: one thread per rank.
@@ -174,7 +212,7 @@ impl Comm {
 
     /// Collective: allocate the signal pad and the status word, then
     /// assemble the communicator.
-    fn finish(p: Parts) -> Result<Comm> {
+    pub(crate) fn finish(p: Parts) -> Result<Comm> {
         let nranks = p.peers.len();
         let pad_addr = symmetric::alloc(&p.mem, &p.link, pad::PAD_BYTES, true)?;
         let offset = pad_addr - p.mem.space.slot(p.rank);
@@ -194,12 +232,13 @@ impl Comm {
             coll,
             status,
             status_dev,
-            timeout_ns: config::get().timeout.as_nanos().min(u64::MAX as u128) as u64,
+            timeout_ns: p.settings.timeout_ns,
             fused: Mutex::new(None),
             link: p.link,
             rank: p.rank,
             nranks,
             peers: p.peers,
+            settings: p.settings,
             _local_peers: p.local_peers,
             device: p.device,
             last_error: Mutex::new(CString::default()),
@@ -341,11 +380,18 @@ impl Comm {
     /// `symmCommAbort`: make waiting kernels and host calls give up; the
     /// caller then drops the communicator.
     pub fn abort(&self) {
+        self.abort_device();
+        self.link.abort();
+        log::info!(target: "symmcomm::init", "rank {} aborted", self.rank);
+    }
+
+    /// The device half of an abort: waiting kernels exit and later calls
+    /// fail, but the host link to the peers stays up (a shrink with
+    /// `SYMM_SHRINK_ABORT` still talks to them through it).
+    pub fn abort_device(&self) {
         self.aborted.store(true, Ordering::Release);
         // SAFETY: live pinned memory; kernels poll this word.
         unsafe { std::ptr::write_volatile(self.status.host_ptr().cast::<u32>(), 1) };
-        self.link.abort();
-        log::info!(target: "symmcomm::init", "rank {} aborted", self.rank);
     }
 
     pub fn is_aborted(&self) -> bool {
@@ -451,7 +497,7 @@ const P2P_SLOT_BYTES: usize = 2 << 20;
 fn coll_state(p: &Parts) -> Result<CollState> {
     let nranks = p.peers.len();
     let cfg = config::get();
-    let half = (cfg.scratch_bytes / 4 / 4096 * 4096).max(4096);
+    let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
     let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
     let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
     let ll_slot = 2 * LL_MAX_BYTES as usize; // a packet carries 8 data bytes in 16
@@ -482,8 +528,9 @@ fn coll_state(p: &Parts) -> Result<CollState> {
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
         algo,
-        copy_engine: cfg.copy_engine.into(),
+        copy_engine: p.settings.copy_engine.into(),
         checks: Default::default(),
+        paths: Default::default(),
     })
 }
 

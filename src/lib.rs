@@ -4,6 +4,7 @@
 //! - [`ffi`]: the C boundary only. Every exported `symm*` function lives
 //!   there, one file per API group, and goes through one boundary helper.
 //! - [`comm`]: communicator lifecycle (init, destroy, abort, queries).
+//! - [`split`]: communicators made from another's ranks (split, shrink).
 //! - [`bootstrap`]: host-side rendezvous, byte-blob collectives among ranks,
 //!   and file-descriptor passing between local processes.
 //! - [`cuda`]: driver-API wrappers (error mapping, contexts, module loading,
@@ -26,6 +27,7 @@ pub mod debug;
 pub mod bootstrap;
 pub mod cuda;
 pub mod comm;
+pub mod split;
 pub mod memory;
 pub mod coll;
 pub mod group;

@@ -3,10 +3,11 @@
  *   native N  N processes (rank r on GPU r % ngpus): every native
  *             collective x dtype x op with exact checks, send/recv in
  *             groups, window/ncclMemAlloc registration, a non-blocking
- *             config, CUDA-graph capture; then the forwarded calls with
- *             checked results: ncclGather/ncclScatter, a PreMulSum op,
- *             ncclCommSplit. Run with SYMM_NCCL_MODE=nccl for a forced-NCCL
- *             communicator (everything forwarded, same checks).
+ *             config, CUDA-graph capture; then ncclGather/ncclScatter and
+ *             ncclCommSplit (native, with NCCL halves in auto mode) and a
+ *             PreMulSum op (forwarded), with checked results. Run with
+ *             SYMM_NCCL_MODE=nccl for a forced-NCCL communicator
+ *             (everything forwarded, same checks).
  *   group N   one process, N GPUs: ncclCommInitRank for each GPU inside
  *             ncclGroupStart/End, collectives and send/recv from one
  *             thread, then ncclCommInitAll.
@@ -233,7 +234,7 @@ static void check_forwarded(ncclComm_t c, cudaStream_t s, int r, int n) {
   const size_t count = 4096;
   float *in = dev_fill(count * n, ncclFloat32, r, n, ncclSum), *out;
   CUDA(cudaMalloc((void **)&out, count * n * 4));
-  /* gather to root 0, scatter from root n-1 (symmcomm has neither) */
+  /* gather to root 0, scatter from root n-1 (grouped sends and receives) */
   NCCLC(c, ncclGather(in, out, count, ncclFloat32, 0, c, s));
   CUDA(cudaStreamSynchronize(s));
   if (r == 0) {
@@ -260,7 +261,7 @@ static void check_forwarded(ncclComm_t c, cudaStream_t s, int r, int n) {
   for (size_t i = 0; i < count; i++)
     if (h[i] != 0.5 * reduce_expect(n, i, ncclSum)) DIE("premulsum [%zu] = %g", i, h[i]);
   free(h);
-  /* split: reversed ranks in one colour; the child is NCCL's */
+  /* split: reversed ranks in one colour (native, NCCL half alongside) */
   ncclComm_t child = NULL;
   NCCLC(c, ncclCommSplit(c, 0, n - r, &child, NULL));
   int cr = -1, cn = -1;

@@ -330,6 +330,119 @@ fn all_on_one_host(r: &Real, rc: RealComm, rank: c_int, nranks: c_int) -> Result
     Ok(all.chunks(8).all(|h| h == mine))
 }
 
+/// `ncclCommSplit`. A native parent gives a native child (symmcomm's split,
+/// collective over the parent, the same verdict on every rank), with the
+/// real NCCL's split alongside when the parent has an NCCL half, so that
+/// the child's forwarded calls still work; an NCCL-only parent gives an
+/// NCCL-only child. `None` for NCCL_SPLIT_NOCOLOR.
+pub fn split(parent: &Comm, color: c_int, key: c_int, mut config: Option<ConfigCopy>) -> Result<Option<Arc<Comm>>> {
+    let how = "ncclCommSplit";
+    let cfg_ptr = |c: &mut Option<ConfigCopy>| c.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
+    let real_split = |config: &mut Option<ConfigCopy>| -> Result<RealComm> {
+        let (r, rc) = parent.forward(how)?;
+        let f = real::func(r, r.api.ncclCommSplit, how)?;
+        let mut child: RealComm = std::ptr::null_mut();
+        // SAFETY: NCCL's signature; the config copy outlives the call.
+        real::check(r, unsafe { f(rc, color, key, &mut child, cfg_ptr(config)) }, rc, how)?;
+        Ok(child)
+    };
+    if !parent.native() {
+        let child = real_split(&mut config)?;
+        let r = real::loaded().expect("an NCCL-only communicator implies a loaded NCCL");
+        return Ok((!child.is_null()).then(|| wrap_real(r, child, how, "split of an NCCL-only communicator")));
+    }
+    let mut s: SymmComm = std::ptr::null_mut();
+    // SAFETY: a live symmcomm comm; NULL config (the parent's settings); one handle out.
+    symm_result(unsafe { symm::symmCommSplit(parent.symm, color, key, std::ptr::null(), &mut s) }, parent.symm, "symmCommSplit")?;
+    let real_child = if parent.real.is_null() { Ok(std::ptr::null_mut()) } else { real_split(&mut config) };
+    Ok(native_child(parent, s, real_child, how, "split of a native communicator")?.made())
+}
+
+/// `ncclCommShrink`, called by the ranks that stay: like [`split`], a
+/// native child for a native parent (NCCL's shrink alongside when there is
+/// an NCCL half), an NCCL-only child otherwise.
+pub fn shrink(parent: &Comm, exclude: &[c_int], mut config: Option<ConfigCopy>, flags: c_int) -> Result<Arc<Comm>> {
+    let how = "ncclCommShrink";
+    let mut real_shrink = || -> Result<RealComm> {
+        let (r, rc) = parent.forward(how)?;
+        let f = real::func(r, r.api.ncclCommShrink, how)?;
+        let mut child: RealComm = std::ptr::null_mut();
+        let cfg = config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
+        let mut list = exclude.to_vec();
+        // SAFETY: NCCL's signature; the list and config copy outlive the call.
+        real::check(r, unsafe { f(rc, list.as_mut_ptr(), list.len() as c_int, &mut child, cfg, flags) }, rc, how)?;
+        Ok(child)
+    };
+    if !parent.native() {
+        let child = real_shrink()?;
+        let r = real::loaded().expect("an NCCL-only communicator implies a loaded NCCL");
+        return Ok(wrap_real(r, child, how, "shrink of an NCCL-only communicator"));
+    }
+    let mut s: SymmComm = std::ptr::null_mut();
+    // SAFETY: a live comm; `exclude` has exclude.len() ints; NULL config.
+    let code = unsafe { symm::symmCommShrink(parent.symm, exclude.as_ptr(), exclude.len() as c_int, std::ptr::null(), flags, &mut s) };
+    symm_result(code, parent.symm, "symmCommShrink")?;
+    let real_child = if parent.real.is_null() { Ok(std::ptr::null_mut()) } else { real_shrink() };
+    native_child(parent, s, real_child, how, "shrink of a native communicator")?
+        .made()
+        .ok_or_else(|| Error::new(crate::error::NCCL_INTERNAL_ERROR, "symmCommShrink gave no communicator"))
+}
+
+enum Child {
+    Made(Arc<Comm>),
+    None,
+}
+
+impl Child {
+    fn made(self) -> Option<Arc<Comm>> {
+        match self {
+            Child::Made(c) => Some(c),
+            Child::None => None,
+        }
+    }
+}
+
+/// Wrap a symmcomm child (NULL: no child) and its NCCL half; if the NCCL
+/// half failed, the symmcomm child is destroyed and the failure returned.
+fn native_child(parent: &Comm, s: SymmComm, real_child: Result<RealComm>, how: &str, reason: &str) -> Result<Child> {
+    let rc = match real_child {
+        Ok(rc) => rc,
+        Err(e) => {
+            if !s.is_null() {
+                // SAFETY: the child made above, destroyed once.
+                unsafe { symm::symmCommDestroy(s) };
+            }
+            return Err(e);
+        }
+    };
+    if s.is_null() {
+        log::info!(target: "symmcomm::init", "{how}: rank {}/{}: no color, no communicator", parent.rank, parent.nranks);
+        if !rc.is_null() {
+            // Cannot happen (both splits saw the same color); never leak it.
+            destroy_real(&real::loaded().map(|r| (r, rc)));
+        }
+        return Ok(Child::None);
+    }
+    let (mut rank, mut nranks) = (-1, -1);
+    // SAFETY: a live comm; ints out.
+    unsafe {
+        symm::symmCommUserRank(s, &mut rank);
+        symm::symmCommCount(s, &mut nranks);
+    }
+    let c = Comm {
+        symm: s,
+        real: rc,
+        rank,
+        nranks,
+        device: parent.device,
+        reason: format!("{reason} (parent rank {}/{})", parent.rank, parent.nranks),
+        last_error: Mutex::new(CString::default()),
+        forwarded: Mutex::new(Vec::new()),
+    };
+    log_path(&c, how);
+    Ok(Child::Made(Arc::new(c)))
+}
+
 /// `ncclCommInitAll`: symmcomm's InitAll for the native path and NCCL's for
 /// the fallback (each builds its own group from the same device list).
 pub fn init_all(devices: &[c_int]) -> Result<Vec<Arc<Comm>>> {

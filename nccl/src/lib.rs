@@ -3,18 +3,21 @@
 //!
 //! Each communicator takes one of two paths, the same on every rank:
 //! - **native** (symmcomm) when all its ranks share a host with peer
-//!   access: collectives with built-in ops and dtypes, send/recv, groups,
-//!   window registration, async errors and abort run on symmcomm; the rest
-//!   (gather, scatter, PreMulSum ops, split, shrink, ...) is forwarded to
-//!   the real NCCL communicator made alongside it;
-//! - **NCCL** for everything else (ranks on several hosts, split/shrink
-//!   results, `SYMM_NCCL_MODE=nccl`).
+//!   access: collectives with built-in ops and dtypes, gather, scatter,
+//!   send/recv, groups, split and shrink (native children), window
+//!   registration, async errors and abort run on symmcomm; the rest
+//!   (PreMulSum ops, ...) is forwarded to the real NCCL communicator made
+//!   (or split) alongside it;
+//! - **NCCL** for everything else (ranks on several hosts, children of NCCL
+//!   communicators, `SYMM_NCCL_MODE=nccl`).
 //!
+//! `ncclMemAlloc`/`ncclMemFree` belong to no communicator: served here.
 //! Routing depends only on the communicator and the call's arguments, never
 //! on rank-local state, so every rank takes the same path for the same call.
 //! Files: [`real`] finds and loads the real NCCL, [`id`] packs both unique
 //! ids into one, [`comm`] builds communicators, [`group`] spans groups over
-//! both paths, [`error`] is the boundary, [`symm`] declares symmcomm's C API.
+//! both paths, [`mem`] is the allocator, [`error`] is the boundary,
+//! [`symm`] declares symmcomm's C API.
 #![allow(non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
 
 pub mod comm;
@@ -22,6 +25,7 @@ pub mod config;
 pub mod error;
 pub mod group;
 pub mod id;
+pub mod mem;
 pub mod real;
 pub mod symm;
 
@@ -243,43 +247,61 @@ nccl_api!(ncclCommRevoke / pncclCommRevoke(comm: NcclComm, revokeFlags: c_int) -
 });
 
 nccl_api!(ncclCommSplit / pncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: *mut c_void) -> c_int {
+    // A native parent gives a native child (comm::split says how).
     boundary("ncclCommSplit", comm, || {
         let c = comm::get(comm)?;
         not_null(newcomm, "newcomm")?;
         // SAFETY: NULL or an ncclConfig_t.
-        let mut cfg = unsafe { ConfigCopy::from_ptr(config) }?;
-        let (r, rc) = c.forward("ncclCommSplit")?;
-        let f = real::func(r, r.api.ncclCommSplit, "ncclCommSplit")?;
-        let mut child: RealComm = std::ptr::null_mut();
-        let cfg_ptr = cfg.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
-        // SAFETY: NCCL's signature.
-        real::check(r, unsafe { f(rc, color, key, &mut child, cfg_ptr) }, rc, "ncclCommSplit")?;
-        let out = if child.is_null() { null() } else { comm::register(comm::wrap_real(r, child, "ncclCommSplit", "made by ncclCommSplit (NCCL only)")) };
-        // SAFETY: checked non-null.
-        unsafe { newcomm.write(out) };
-        Ok(())
+        let cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        let out = newcomm as usize;
+        let run = move || {
+            let child = comm::split(&c, color, key, cfg)?;
+            // SAFETY: checked non-null; the caller keeps it valid until the call (or ncclGroupEnd) returns.
+            unsafe { (out as *mut NcclComm).write(child.map_or(null(), comm::register)) };
+            Ok(())
+        };
+        if group::active() {
+            // Written at the outermost ncclGroupEnd, each split on its own
+            // thread (one thread may split every GPU's communicator).
+            return group::defer_init(Box::new(run));
+        }
+        run()
     })
 });
 
 nccl_api!(ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut c_void, shrinkFlags: c_int) -> c_int {
+    // Called by the ranks that stay; a native parent gives a native child.
     boundary("ncclCommShrink", comm, || {
         let c = comm::get(comm)?;
         not_null(newcomm, "newcomm")?;
+        if excludeRanksCount < 0 {
+            bail!(NCCL_INVALID_ARGUMENT, "excludeRanksCount is {excludeRanksCount}");
+        }
         if excludeRanksCount > 0 {
             not_null(excludeRanksList, "excludeRanksList")?;
         }
+        if !(0..=1).contains(&shrinkFlags) {
+            bail!(NCCL_INVALID_ARGUMENT, "shrinkFlags is {shrinkFlags}; use NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT");
+        }
+        let exclude: Vec<c_int> = if excludeRanksCount == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller provides excludeRanksCount ints.
+            unsafe { std::slice::from_raw_parts(excludeRanksList, excludeRanksCount as usize) }.to_vec()
+        };
         // SAFETY: NULL or an ncclConfig_t.
-        let mut cfg = unsafe { ConfigCopy::from_ptr(config) }?;
-        let (r, rc) = c.forward("ncclCommShrink")?;
-        let f = real::func(r, r.api.ncclCommShrink, "ncclCommShrink")?;
-        let mut child: RealComm = std::ptr::null_mut();
-        let cfg_ptr = cfg.as_mut().map_or(std::ptr::null_mut(), |c| c.as_ptr());
-        // SAFETY: NCCL's signature.
-        real::check(r, unsafe { f(rc, excludeRanksList, excludeRanksCount, &mut child, cfg_ptr, shrinkFlags) }, rc, "ncclCommShrink")?;
-        let out = if child.is_null() { null() } else { comm::register(comm::wrap_real(r, child, "ncclCommShrink", "made by ncclCommShrink (NCCL only)")) };
-        // SAFETY: checked non-null.
-        unsafe { newcomm.write(out) };
-        Ok(())
+        let cfg = unsafe { ConfigCopy::from_ptr(config) }?;
+        let out = newcomm as usize;
+        let run = move || {
+            let child = comm::shrink(&c, &exclude, cfg, shrinkFlags)?;
+            // SAFETY: checked non-null; valid until the call (or ncclGroupEnd) returns.
+            unsafe { (out as *mut NcclComm).write(comm::register(child)) };
+            Ok(())
+        };
+        if group::active() {
+            return group::defer_init(Box::new(run));
+        }
+        run()
     })
 });
 
@@ -337,8 +359,9 @@ nccl_api!(ncclCommUserRank / pncclCommUserRank(comm: NcclComm, rank: *mut c_int)
 struct Registration {
     comm: Arc<Comm>,
     window: bool,
-    /// symmCommRegister's handle (windows on native communicators).
-    symm: *mut c_void,
+    /// symmCommRegister's handle (windows on native communicators), in a
+    /// slot of its own: inside a group, symmcomm writes it at ncclGroupEnd.
+    symm: Box<*mut c_void>,
     /// The real NCCL's handle or window.
     real: *mut c_void,
 }
@@ -380,7 +403,7 @@ nccl_api!(ncclCommRegister / pncclCommRegister(comm: NcclComm, buff: *mut c_void
             // SAFETY: NCCL's signature.
             real::check(r, unsafe { f(rc, buff, size, &mut real_handle) }, rc, "ncclCommRegister")?;
         }
-        let h = add_registration(Registration { comm: c, window: false, symm: std::ptr::null_mut(), real: real_handle });
+        let h = add_registration(Registration { comm: c, window: false, symm: Box::new(std::ptr::null_mut()), real: real_handle });
         // SAFETY: checked non-null.
         unsafe { handle.write(h) };
         Ok(())
@@ -406,12 +429,17 @@ nccl_api!(ncclCommWindowRegister / pncclCommWindowRegister(comm: NcclComm, buff:
         let c = comm::get(comm)?;
         not_null(win, "win")?;
         not_null(buff, "buff")?;
-        let (mut s, mut rw) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut s, mut rw) = (Box::new(std::ptr::null_mut()), std::ptr::null_mut());
         if c.native() {
             // Collective in both libraries: symmcomm's registration makes
-            // the buffer readable by peers in place (zero-copy).
-            // SAFETY: a live comm; one handle out.
-            symm_result(unsafe { symm::symmCommRegister(c.symm, buff, size, &mut s) }, c.symm, "symmCommRegister")?;
+            // the buffer readable by peers in place (zero-copy). Any part
+            // of a cuMem allocation (an ncclMemAlloc block a memory pool
+            // hands out in pieces) or of a cudaMalloc one will do. Inside
+            // a group it runs at ncclGroupEnd and writes the boxed slot.
+            // SAFETY: a live comm; one handle out, which outlives the call.
+            symm_result(unsafe { symm::symmCommRegister(c.symm, buff, size, &mut *s) }, c.symm, "symmCommRegister")?;
+            log::info!(target: "symmcomm::memory", "ncclCommWindowRegister: rank {}/{}: {size} bytes at {buff:p}: symmcomm registration (zero-copy){}",
+                c.rank, c.nranks, if group::active() { ", made at ncclGroupEnd" } else { "" });
         } else {
             let (r, rc) = c.forward("ncclCommWindowRegister")?;
             let f = real::func(r, r.api.ncclCommWindowRegister, "ncclCommWindowRegister")?;
@@ -431,7 +459,7 @@ nccl_api!(ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, w
         let reg = take_registration(&c, win, true)?;
         if !reg.symm.is_null() {
             // SAFETY: symmcomm's handle from symmCommRegister.
-            symm_result(unsafe { symm::symmCommDeregister(c.symm, reg.symm) }, c.symm, "symmCommDeregister")?;
+            symm_result(unsafe { symm::symmCommDeregister(c.symm, *reg.symm) }, c.symm, "symmCommDeregister")?;
         }
         if !reg.real.is_null() {
             let (r, rc) = c.forward("ncclCommWindowDeregister")?;
@@ -444,15 +472,21 @@ nccl_api!(ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, w
 });
 
 nccl_api!(ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> c_int {
-    // NCCL's allocator (cuMem with shareable handles, which symmcomm's
-    // registration accepts); not tied to a communicator.
+    // Served here, as NCCL makes it (mem.rs): no real NCCL needed, and
+    // ncclCommWindowRegister of it is zero-copy. SYMM_NCCL_MODE=nccl
+    // forwards it, as everything.
     boundary("ncclMemAlloc", null(), || {
         not_null(ptr, "ptr")?;
-        let r = real::get()?;
-        let f = real::func(r, r.api.ncclMemAlloc, "ncclMemAlloc")?;
-        let mut p = std::ptr::null_mut();
-        // SAFETY: NCCL's signature.
-        real::check(r, unsafe { f(&mut p, size) }, std::ptr::null_mut(), "ncclMemAlloc")?;
+        let p = if config::get().mode == config::Mode::Nccl {
+            let r = real::get()?;
+            let f = real::func(r, r.api.ncclMemAlloc, "ncclMemAlloc")?;
+            let mut p = std::ptr::null_mut();
+            // SAFETY: NCCL's signature.
+            real::check(r, unsafe { f(&mut p, size) }, std::ptr::null_mut(), "ncclMemAlloc")?;
+            p
+        } else {
+            mem::alloc(size)?
+        };
         // SAFETY: checked non-null.
         unsafe { ptr.write(p) };
         Ok(())
@@ -461,10 +495,13 @@ nccl_api!(ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> c_
 
 nccl_api!(ncclMemFree / pncclMemFree(ptr: *mut c_void) -> c_int {
     boundary("ncclMemFree", null(), || {
-        let r = real::get()?;
-        let f = real::func(r, r.api.ncclMemFree, "ncclMemFree")?;
-        // SAFETY: NCCL's signature.
-        real::check(r, unsafe { f(ptr) }, std::ptr::null_mut(), "ncclMemFree")
+        if config::get().mode == config::Mode::Nccl {
+            let r = real::get()?;
+            let f = real::func(r, r.api.ncclMemFree, "ncclMemFree")?;
+            // SAFETY: NCCL's signature.
+            return real::check(r, unsafe { f(ptr) }, std::ptr::null_mut(), "ncclMemFree");
+        }
+        mem::free(ptr)
     })
 });
 
@@ -562,16 +599,89 @@ nccl_api!(ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclAlltoAll, "ncclAlltoAll")?(sendbuff, recvbuff, count, datatype, rc, stream) }))
 });
 
-// symmcomm has no gather or scatter: always NCCL.
+// Gather and scatter as NCCL builds them: sends and receives in a group.
 nccl_api!(ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclGather", comm, false, |_| unreachable!(),
+    dispatch("ncclGather", comm, builtin(datatype, None),
+        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, size| {
+            // Everyone sends to the root; the root receives block r from rank r.
+            let mut ops = vec![P2P::Send(sendbuff, root)];
+            if rank == root {
+                ops.extend((0..n).map(|r| P2P::Recv((recvbuff as usize + r as usize * count * size) as *mut c_void, r)));
+            }
+            ops
+        }),
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclGather, "ncclGather")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
 });
 
 nccl_api!(ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclScatter", comm, false, |_| unreachable!(),
+    dispatch("ncclScatter", comm, builtin(datatype, None),
+        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, size| {
+            // The root sends block r to rank r; everyone receives from the root.
+            let mut ops = Vec::new();
+            if rank == root {
+                ops.extend((0..n).map(|r| P2P::Send((sendbuff as usize + r as usize * count * size) as *const c_void, r)));
+            }
+            ops.push(P2P::Recv(recvbuff, root));
+            ops
+        }),
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclScatter, "ncclScatter")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
 });
+
+enum P2P {
+    Send(*const c_void, c_int),
+    Recv(*mut c_void, c_int),
+}
+
+/// Bytes per element of NCCL's 12 types.
+fn type_size(datatype: c_int) -> usize {
+    match datatype {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        _ => 8,
+    }
+}
+
+/// Run the sends and receives `plan(rank, nranks, element size)` gives
+/// (a rooted collective) as one symmcomm group; returns symmcomm's code.
+fn rooted_p2p(s: SymmComm, root: c_int, datatype: c_int, count: usize, stream: Stream, plan: impl FnOnce(c_int, c_int, usize) -> Vec<P2P>) -> c_int {
+    let (mut rank, mut n) = (-1, -1);
+    // SAFETY: a live comm; ints out.
+    unsafe {
+        symm::symmCommUserRank(s, &mut rank);
+        symm::symmCommCount(s, &mut n);
+    }
+    if !(0..n).contains(&root) {
+        // Let symmcomm word the error: a send to a peer out of range.
+        // SAFETY: arguments checked by symmcomm.
+        return unsafe { symm::symmSend(std::ptr::null(), 1, datatype, root, s, stream) };
+    }
+    if count == 0 {
+        return 0;
+    }
+    // SAFETY: no arguments; closed below on every path.
+    let code = unsafe { symm::symmGroupStart() };
+    if code != 0 {
+        return code;
+    }
+    let mut first = 0;
+    for op in plan(rank, n, type_size(datatype)) {
+        // SAFETY: the caller's buffers, offset within the sizes NCCL's API gives them.
+        let code = unsafe {
+            match op {
+                P2P::Send(buf, peer) => symm::symmSend(buf, count, datatype, peer, s, stream),
+                P2P::Recv(buf, peer) => symm::symmRecv(buf, count, datatype, peer, s, stream),
+            }
+        };
+        if code != 0 {
+            first = code;
+            break;
+        }
+    }
+    // SAFETY: closes the level opened above.
+    let end = unsafe { symm::symmGroupEnd() };
+    if first != 0 { first } else { end }
+}
 
 nccl_api!(ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream) -> c_int {
     dispatch("ncclSend", comm, builtin(datatype, None),

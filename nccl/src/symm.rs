@@ -27,6 +27,17 @@ extern "C" {
     pub fn symmCommAbort(comm: SymmComm) -> c_int;
     pub fn symmCommGetAsyncError(comm: SymmComm, err: *mut c_int) -> c_int;
     pub fn symmCommCuDevice(comm: SymmComm, device: *mut c_int) -> c_int;
+    pub fn symmCommCount(comm: SymmComm, count: *mut c_int) -> c_int;
+    pub fn symmCommUserRank(comm: SymmComm, rank: *mut c_int) -> c_int;
+    pub fn symmCommSplit(comm: SymmComm, color: c_int, key: c_int, config: *const c_void, newcomm: *mut SymmComm) -> c_int;
+    pub fn symmCommShrink(
+        comm: SymmComm,
+        exclude: *const c_int,
+        count: c_int,
+        config: *const c_void,
+        flags: c_int,
+        newcomm: *mut SymmComm,
+    ) -> c_int;
     pub fn symmCommRegister(comm: SymmComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> c_int;
     pub fn symmCommDeregister(comm: SymmComm, handle: *mut c_void) -> c_int;
     pub fn symmGroupStart() -> c_int;

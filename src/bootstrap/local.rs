@@ -13,6 +13,9 @@ use crate::error::{bail, Result};
 
 /// Shared state of one in-process group.
 pub struct LocalGroup {
+    /// Unique in this process, never reused: names the group for
+    /// communicators made from its ranks (split, shrink).
+    id: u64,
     nranks: usize,
     timeout: Duration,
     state: Mutex<Round>,
@@ -31,7 +34,9 @@ struct Round {
 
 impl LocalGroup {
     pub fn new(nranks: usize, timeout: Duration) -> Arc<LocalGroup> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Arc::new(LocalGroup {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             nranks,
             timeout,
             state: Mutex::new(Round { seq: 0, slots: vec![None; nranks], result: None, taken: 0, broken: None }),
@@ -59,6 +64,11 @@ impl LocalPeer {
 
     pub fn nranks(&self) -> usize {
         self.group.nranks
+    }
+
+    /// The group's process-unique id (the same for every rank of it).
+    pub fn group_id(&self) -> u64 {
+        self.group.id
     }
 
     /// Every rank's blob, in rank order.

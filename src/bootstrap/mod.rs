@@ -50,6 +50,7 @@ use net::{secs, Interrupt};
 use root::{Hello, FLAG_DUPLICATE, FLAG_OUT_OF_RANGE};
 use star::{Op, Star};
 
+pub(crate) use net::{decode_sockaddr, encode_sockaddr, SOCKADDR_LEN};
 pub use root::create_root;
 pub use transport::Transport;
 pub use unique_id::UniqueId;
@@ -158,6 +159,36 @@ impl Bootstrap {
         Ok(Bootstrap { rank: r, nranks: joined.nranks, tag, intr: Interrupt::new()?, star: Mutex::new(star), fds, sockets })
     }
 
+    /// Joins a group whose ranks were chosen elsewhere (a communicator made
+    /// from another's ranks: split, shrink): no root, no unique id. Rank 0
+    /// passes the listener it made with [`bind_hub`] and every other rank
+    /// its address, learnt from the parent; the tag (fresh, random) keeps
+    /// the group's fd-passing sockets apart from every other group's.
+    /// Returns once every rank has joined, or fails (bounded by the timeout).
+    pub fn join_direct(hub: Hub, tag: u64, rank: usize, nranks: usize, cfg: &BootstrapConfig) -> Result<Bootstrap> {
+        let start = Instant::now();
+        if rank >= nranks {
+            bail!(symmInternalError, "bootstrap: rank {rank} is out of range for nranks {nranks}");
+        }
+        let fds = match FdChannel::bind(tag, rank, nranks, cfg.timeout) {
+            Ok(ch) => ch,
+            Err(BindError::InUse) => {
+                bail!(symmInternalError, "bootstrap: the fd-passing socket of rank {rank} (tag {tag:016x}) is already in use")
+            }
+            Err(BindError::Other(e)) => return Err(e),
+        };
+        let star = match hub {
+            _ if nranks == 1 => Star::alone(cfg.timeout),
+            Hub::Listener(l) if rank == 0 => Star::hub(l, tag, nranks, cfg.timeout)?,
+            Hub::At(addr) if rank > 0 => Star::spoke(addr, tag, rank, nranks, cfg.timeout)?,
+            _ => bail!(symmInternalError, "bootstrap: rank {rank} of {nranks} was given the wrong end of the hub"),
+        };
+        let mut sockets = star.raw_fds();
+        sockets.push(fds.raw_fd());
+        log::info!(target: TARGET, "bootstrap: rank {rank}/{nranks} joined directly in {} (tag {tag:016x})", secs(start.elapsed()));
+        Ok(Bootstrap { rank, nranks, tag, intr: Interrupt::new()?, star: Mutex::new(star), fds, sockets })
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -234,6 +265,34 @@ impl Bootstrap {
         self.check_live()?;
         star.run(op, data, &self.intr)
     }
+}
+
+/// The hub of a rootless rendezvous ([`Bootstrap::join_direct`]).
+pub enum Hub {
+    /// Rank 0: the listener it bound with [`bind_hub`].
+    Listener(TcpListener),
+    /// Every other rank: where rank 0 listens.
+    At(SocketAddr),
+    /// A group of one rank.
+    Alone,
+}
+
+/// A listener for the hub of a rootless rendezvous, on the IP of
+/// `SYMM_BOOTSTRAP_ADDR` (127.0.0.1 by default) with a free port, and its
+/// address for the other ranks.
+pub fn bind_hub(cfg: &BootstrapConfig) -> Result<(TcpListener, SocketAddr)> {
+    let ip = match &cfg.addr {
+        Some(s) => net::parse_addr(s)?.ip(),
+        None => net::DEFAULT_ADDR.ip(),
+    };
+    let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::from_io(format_args!("bootstrap: cannot listen on {ip}"), e))?;
+    let addr = l.local_addr().map_err(|e| Error::from_io("bootstrap: hub listener", e))?;
+    Ok((l, addr))
+}
+
+/// A fresh random communicator tag (never 0).
+pub fn new_tag() -> Result<u64> {
+    unique_id::random_u64()
 }
 
 impl std::fmt::Debug for Bootstrap {

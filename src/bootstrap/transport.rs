@@ -34,6 +34,14 @@ impl Transport {
         matches!(self, Transport::InProcess(_))
     }
 
+    /// The in-process group's id (`None` for sockets).
+    pub fn local_group_id(&self) -> Option<u64> {
+        match self {
+            Transport::Sockets(_) => None,
+            Transport::InProcess(p) => Some(p.group_id()),
+        }
+    }
+
     pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         match self {
             Transport::Sockets(b) => b.allgather(mine),

@@ -32,7 +32,7 @@ use crate::cuda::abi::{self, CollArgs, OpId, COLL_MAX_BLOCKS, COLL_THREADS, MAX_
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
-use crate::memory::index::BufferEntry;
+use crate::memory::index::{BufferEntry, BufferKind};
 
 /// Collective ids (`SymmCollId`), for descriptors and messages.
 #[repr(u32)]
@@ -146,6 +146,7 @@ impl Call<'_> {
     /// registered buffer (`offset` bytes into it for this call's part).
     pub fn direct(&self, a: &mut CollArgs) -> bool {
         let Some(e) = &self.send_buf else { return false };
+        self.note(InputPath::InPlace(e.kind));
         let off = self.send - e.start;
         for r in 0..self.comm.nranks {
             a.src[r] = e.peers[r] + off;
@@ -171,6 +172,7 @@ impl Call<'_> {
         }
         a.mode |= abi::MODE_STAGED;
         a.chunk = even_rounds(self.count, max_chunk, step);
+        self.note(InputPath::Staged);
         Ok(())
     }
 
@@ -210,7 +212,29 @@ impl Call<'_> {
         let block = if units <= LL_SMALL_BLOCK as u64 * max { LL_SMALL_BLOCK } else { COLL_THREADS };
         let grid = units.div_ceil(block as u64).clamp(1, max) as u32;
         let mut a = self.args();
+        self.note(InputPath::Ll);
         self.launch_with(kernel, grid, block, &mut a)
+    }
+
+    /// Log how this call's input reaches the peers: at INFO the first time
+    /// each collective takes each path on this communicator, at TRACE
+    /// every time. (How to tell from a log that a registered buffer was
+    /// really read in place.)
+    fn note(&self, path: InputPath) {
+        let c = self.comm;
+        let bit = 1u64 << ((self.coll as u32 as u64 * 4 + path.index()) % 64);
+        let first = c.coll.paths.fetch_or(bit, std::sync::atomic::Ordering::Relaxed) & bit == 0;
+        let level = if first { log::Level::Info } else { log::Level::Trace };
+        log::log!(
+            target: "symmcomm::coll",
+            level,
+            "rank {}/{}: {} of {} bytes {}",
+            c.rank,
+            c.nranks,
+            self.coll.name(),
+            self.count * self.elem_size(),
+            path.describe()
+        );
     }
 
     /// Blocks for moving `bytes` per rank: enough to keep the links busy,
@@ -232,6 +256,37 @@ impl Call<'_> {
         let f = self.comm.device.module().function(kernel)?;
         let mut params = [(a as *mut CollArgs).cast::<c_void>()];
         launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params)
+    }
+}
+
+/// How a collective's input reaches the peers.
+#[derive(Clone, Copy, Debug)]
+enum InputPath {
+    /// Peers read it where it is (zero-copy): a buffer of this kind.
+    InPlace(BufferKind),
+    /// Copied through this rank's symmetric scratch first.
+    Staged,
+    /// Sent as LL packets (small messages).
+    Ll,
+}
+
+impl InputPath {
+    fn index(self) -> u64 {
+        match self {
+            InputPath::InPlace(BufferKind::Symmetric) => 0,
+            InputPath::InPlace(BufferKind::Registered) => 1,
+            InputPath::Staged => 2,
+            InputPath::Ll => 3,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            InputPath::InPlace(BufferKind::Symmetric) => "read in place by the peers from a symmetric buffer (zero-copy)",
+            InputPath::InPlace(BufferKind::Registered) => "read in place by the peers from a registered buffer (zero-copy)",
+            InputPath::Staged => "staged through scratch (ordinary buffer, or in place)",
+            InputPath::Ll => "sent as LL packets (small message)",
+        }
     }
 }
 
@@ -274,6 +329,8 @@ pub struct CollState {
     /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
     pub copy_engine: std::sync::atomic::AtomicBool,
     pub checks: CheckCache,
+    /// Input paths already logged at INFO, one bit per (collective, path).
+    pub paths: std::sync::atomic::AtomicU64,
 }
 
 impl CollState {

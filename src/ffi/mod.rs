@@ -17,6 +17,7 @@
 pub mod handle;
 pub mod types;
 pub mod init;
+pub mod split;
 pub mod primitives;
 pub mod memory;
 pub mod group;

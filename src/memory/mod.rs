@@ -193,6 +193,15 @@ impl CommMemory {
         self.index.update(|_| BufferIndex::new(entries));
     }
 
+    /// The number of a collective host call that is not a memory call
+    /// (symmCommSplit, symmCommShrink), counted with the memory calls so
+    /// that ranks doing different collective host calls notice.
+    pub(crate) fn next_op_seq(&self) -> u64 {
+        let mut st = self.state.lock();
+        st.op_seq += 1;
+        st.op_seq - 1
+    }
+
     /// Unmap and free everything. Called with the device idle (the
     /// communicator synchronised it) and its context current.
     pub fn release_all(&self) {
@@ -232,6 +241,7 @@ pub(crate) enum HostOp {
     Register = 3,
     Status = 4,
     DevComm = 5,
+    Split = 6,
 }
 
 impl HostOp {
@@ -242,6 +252,7 @@ impl HostOp {
             HostOp::Register => "symmCommRegister",
             HostOp::Status => "status exchange",
             HostOp::DevComm => "symmDevCommCreate",
+            HostOp::Split => "symmCommSplit",
         }
     }
 }
@@ -278,6 +289,7 @@ impl Agreement {
             3 => HostOp::Register,
             4 => HostOp::Status,
             5 => HostOp::DevComm,
+            6 => HostOp::Split,
             _ => return Err(bad()),
         };
         let (seq, a, bb) = (u64_at(4)?, u64_at(12)?, u64_at(20)?);
