@@ -129,6 +129,8 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
+  EXPECT(symmCommSetAlgorithm(bad, "auto"), want, NULL, "symmCommSetAlgorithm", kw);
+  EXPECT(symmCommGetTimeline(bad, NULL, 0, &out_size), want, NULL, "symmCommGetTimeline", kw);
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");
@@ -346,6 +348,12 @@ static void live_checks(symmComm_t a, symmComm_t b) {
   EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");
   EXPECT(symmCommSetCopyEngine(a, 2), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
   EXPECT(symmCommSetCopyEngine(a, -1), symmInvalidArgument, a, "symmCommSetCopyEngine", "enable");
+  EXPECT(symmCommSetAlgorithm(a, "fastest"), symmInvalidArgument, a, "symmCommSetAlgorithm", "fastest");
+  EXPECT(symmCommSetAlgorithm(a, "oneshot+twoshot"), symmInvalidArgument, a, "symmCommSetAlgorithm", "more than one");
+  EXPECT(symmCommGetTimeline(a, NULL, 0, NULL), symmInvalidArgument, a, "symmCommGetTimeline", "count");
+  EXPECT(symmCommGetTimeline(a, NULL, 4, &out_size), symmInvalidArgument, a, "symmCommGetTimeline", "events");
+  if (!getenv("SYMM_TIMELINE"))
+    EXPECT(symmCommGetTimeline(a, NULL, 0, &out_size), symmInvalidUsage, a, "symmCommGetTimeline", "SYMM_TIMELINE");
 
   CHECK(ptr == SENTINEL_PTR && table == (void **)SENTINEL_PTR, "a failed call wrote a pointer output");
   CHECK(out_size == (size_t)SENTINEL_INT && out == SENTINEL_INT, "a failed call wrote a size/int output");

@@ -94,4 +94,4 @@ __device__ void allreduce_pipe_body(const SymmCollArgs& a) {
   sync_end(a, s);
 }
 
-SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce_pipe)
+SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_REDUCE_KERNEL, allreduce_pipe)

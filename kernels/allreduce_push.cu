@@ -16,7 +16,7 @@
 // Each element is reduced by one rank only, so every rank's output has the
 // same bits. In place (send = recv) is safe: rank j reads element i of
 // every rank only in slice j and writes it only there, load before store.
-#include "coll.cuh"
+#include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE
 
 template <typename T, int OP>
 __device__ void allreduce_push_body(const SymmCollArgs& a) {
@@ -42,4 +42,4 @@ __device__ void allreduce_push_body(const SymmCollArgs& a) {
   sync_end(a, s);
 }
 
-SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce_push)
+SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_REDUCE_KERNEL, allreduce_push)

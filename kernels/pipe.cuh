@@ -33,6 +33,15 @@
 #pragma once
 #include "coll.cuh"
 
+// The opt-in two-shot kernels (push, pipe) are built for the 16- and 32-bit
+// floating-point types only, which large all-reduces and reduce-scatters
+// carry in practice; calls of other types run the default kernels
+// (src/coll/mod.rs, opt_in_dtype). Each type costs minutes of nvcc.
+#define SYMM_FOR_EACH_OPT_IN_TYPE(X, family) \
+  X(family, f16, __half)                     \
+  X(family, f32, float)                      \
+  X(family, bf16, __nv_bfloat16)
+
 // This block's flag of `kind`, written by rank `peer`, in the pad whose sync
 // flags start at `flags` (ours: a.flags; rank r's: a.peer_flags[r]).
 __device__ __forceinline__ uint32_t* pipe_flag(uint32_t* flags, uint32_t kind, uint32_t peer) {

@@ -67,4 +67,4 @@ __device__ void reduce_scatter_pipe_body(const SymmCollArgs& a) {
   sync_end(a, s);
 }
 
-SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter_pipe)
+SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter_pipe)

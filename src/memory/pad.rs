@@ -5,10 +5,13 @@
 //!
 //! Layout (bytes):
 //! - `[0, 1 MiB)`: the library's own flags (barrier row, error guard,
-//!   point-to-point signal channels, collective flags);
+//!   point-to-point signal channels, collective flags, the pipelined
+//!   collectives' and the sized send/recv kernel's flags);
 //! - `[1 MiB, 2 MiB)`: the user area, handed out by symmCommGetSignalPad.
 
-use crate::cuda::abi::{COLL_LL_COUNTERS, COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2P_FLAG_WORDS};
+use crate::cuda::abi::{
+    COLL_LL_COUNTERS, COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2PS_WORDS, P2P_FLAG_WORDS, P2P_SIZED_DELTA, PIPE_DELTA, PIPE_WORDS,
+};
 
 pub(crate) const PAD_BYTES: usize = 2 << 20;
 pub(crate) const USER_OFFSET: usize = 1 << 20;
@@ -37,8 +40,19 @@ pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 4 * COLL_MAX_BL
 /// Point-to-point flags and counters.
 pub(crate) const P2P_OFFSET: usize = COLL_CHECK_OFFSET + 2 * COLL_MAX_BLOCKS * MAX_RANKS * DESC_WORDS * 4;
 const COLL_END: usize = P2P_OFFSET + P2P_FLAG_WORDS * 4;
+/// The pipelined collectives' flags and chunk counters (kernels/pipe.cuh),
+/// at a fixed distance from the sync flags (the kernels find them there).
+const PIPE_OFFSET: usize = COLL_FLAGS_OFFSET + 4 * PIPE_DELTA;
+const PIPE_END: usize = PIPE_OFFSET + 4 * PIPE_WORDS;
+/// The sized send/recv kernel's ring flags, descriptors and counters
+/// (kernels/sendrecv.cu), at a fixed distance from the fixed kernel's.
+const P2P_SIZED_OFFSET: usize = P2P_OFFSET + 4 * P2P_SIZED_DELTA;
+const P2P_SIZED_END: usize = P2P_SIZED_OFFSET + 4 * P2PS_WORDS;
 
 const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
+const _: () = assert!(COLL_END <= PIPE_OFFSET);
+const _: () = assert!(PIPE_END <= P2P_SIZED_OFFSET);
+const _: () = assert!(P2P_SIZED_END <= USER_OFFSET);
 const _: () = assert!(COLL_END <= USER_OFFSET);
 const _: () = assert!(COLL_LL_COUNTERS + 2 <= 4 * COLL_MAX_BLOCKS);
 
