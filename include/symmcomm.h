@@ -176,6 +176,37 @@ typedef struct {
   char internal[SYMM_UNIQUE_ID_BYTES];
 } symmUniqueId;
 
+/**
+ * One phase of one block of the last synced collective kernel
+ * (SYMM_TIMELINE=1; see symmCommGetTimeline).
+ */
+typedef struct {
+  /**
+   * Block index in the kernel's grid.
+   */
+  uint32_t block;
+  /**
+   * 0 start, 1 copy-in, 2 sync, 3 reduce, 4 gather, 5 wait (per-chunk
+   * flags), 6 end (a zero-length last event).
+   */
+  uint32_t phase;
+  /**
+   * Round or chunk the phase belongs to.
+   */
+  uint32_t round;
+  uint32_t reserved;
+  /**
+   * %globaltimer at the phase's start, in ns.
+   */
+  uint64_t start_ns;
+  /**
+   * Until the block's next event.
+   */
+  uint64_t duration_ns;
+} symmTimelineEvent_t;
+
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -411,6 +442,30 @@ symmResult_t symmRecv(void *recvbuff, size_t count, symmDataType_t datatype, int
  * reduction use them. Set it the same on every rank.
  */
 symmResult_t symmCommSetCopyEngine(symmComm_t comm, int enable);
+
+/**
+ * FOR TESTS AND BENCHMARKS: choose this communicator's collective and
+ * send/recv kernels as SYMM_ALGO would (e.g. "auto", "classic",
+ * "twoshot+push", "pipe+p2p"; tokens joined by '+' or ','), so that one
+ * process can compare algorithms side by side. Every rank must set the
+ * same, with no operation of the communicator in flight (synchronize its
+ * streams first). NULL restores the SYMM_ALGO the process started with.
+ */
+symmResult_t symmCommSetAlgorithm(symmComm_t comm, const char *algo);
+
+/**
+ * DIAGNOSTIC (SYMM_TIMELINE=1 only): the phases every block of this
+ * communicator's last synced collective kernel went through, from
+ * %globaltimer stamps the kernel took at each phase boundary. Writes up to
+ * `capacity` events (block by block, in time order) and the number
+ * available to *count (capacity 0 only sizes the array; a call with
+ * capacity > 0 also clears the record, so a later call sees nothing unless
+ * another synced kernel ran). Copies synchronously from device memory:
+ * call it after the collective's stream is synchronized. LL
+ * (small-message) and send/recv kernels record no timeline.
+ * symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
+ */
+symmResult_t symmCommGetTimeline(symmComm_t comm, symmTimelineEvent_t *events, size_t capacity, size_t *count);
 
 #ifdef __cplusplus
 }  // extern "C"

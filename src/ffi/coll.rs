@@ -250,8 +250,9 @@ pub extern "C" fn symmCommSetAlgorithm(comm: symmComm_t, algo: *const std::ffi::
 /// available to *count (capacity 0 only sizes the array; a call with
 /// capacity > 0 also clears the record, so a later call sees nothing unless
 /// another synced kernel ran). Copies synchronously from device memory:
-/// call it after the collective's stream is synchronized. LL (small-message) and send/recv kernels record no
-/// timeline. symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
+/// call it after the collective's stream is synchronized. LL
+/// (small-message) and send/recv kernels record no timeline.
+/// symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
 #[no_mangle]
 pub extern "C" fn symmCommGetTimeline(
     comm: symmComm_t,
