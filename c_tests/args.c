@@ -172,6 +172,8 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmCommShrink(bad, excl, 1, NULL, SYMM_SHRINK_DEFAULT, &child), want, NULL, "symmCommShrink", kw);
   EXPECT(symmCommShrink(bad, NULL, -1, NULL, 7, NULL), want, NULL, "symmCommShrink", kw);
   CHECK(child == SENTINEL_COMM, "a failed split or shrink wrote *newcomm");
+  EXPECT(symmCommSetAlgorithm(bad, "auto"), want, NULL, "symmCommSetAlgorithm", kw);
+  EXPECT(symmCommGetTimeline(bad, NULL, 0, &out_size), want, NULL, "symmCommGetTimeline", kw);
 
   CHECK(out == SENTINEL_INT && (int)res_out == SENTINEL_INT && out_size == (size_t)SENTINEL_INT,
         "a failed query wrote its output");
@@ -489,6 +491,12 @@ static void live_checks(symmComm_t a, symmComm_t b) {
     CHECK(symmCommDestroy(child) == symmSuccess, "destroy child: %s", symmGetLastError(child));
     if (grandchild) CHECK(symmCommDestroy(grandchild) == symmSuccess, "destroy shrink child failed");
   }
+  EXPECT(symmCommSetAlgorithm(a, "fastest"), symmInvalidArgument, a, "symmCommSetAlgorithm", "fastest");
+  EXPECT(symmCommSetAlgorithm(a, "oneshot+twoshot"), symmInvalidArgument, a, "symmCommSetAlgorithm", "more than one");
+  EXPECT(symmCommGetTimeline(a, NULL, 0, NULL), symmInvalidArgument, a, "symmCommGetTimeline", "count");
+  EXPECT(symmCommGetTimeline(a, NULL, 4, &out_size), symmInvalidArgument, a, "symmCommGetTimeline", "events");
+  if (!getenv("SYMM_TIMELINE"))
+    EXPECT(symmCommGetTimeline(a, NULL, 0, &out_size), symmInvalidUsage, a, "symmCommGetTimeline", "SYMM_TIMELINE");
 
   CHECK(ptr == SENTINEL_PTR && table == (void **)SENTINEL_PTR, "a failed call wrote a pointer output");
   CHECK(out_size == (size_t)SENTINEL_INT && out == SENTINEL_INT, "a failed call wrote a size/int output");

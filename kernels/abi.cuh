@@ -73,6 +73,19 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 // call epoch and finished-block count (ll.cuh) at this index.
 #define SYMM_COLL_LL_COUNTERS (3 * SYMM_COLL_MAX_BLOCKS)
 
+// Pipelined collectives (pipe.cuh, SYMM_COLL_PIPE): flags in each rank's
+// pad at SYMM_PIPE_DELTA words after its collective sync flags
+// (SymmCollArgs::flags, peer_flags[r]): [kind][block][peer] words, where
+// rank `peer` writes how far its block got; then one chunk counter per
+// block, this rank's own. src/memory/pad.rs places the region.
+#define SYMM_PIPE_SLOTS 4         // scratch slots per direction (in, out) a pipelined kernel cycles through
+#define SYMM_PIPE_DELTA 16384     // words from the sync flags to the pipeline flags
+#define SYMM_PIPE_IN_READY 0      // chunks whose copy-in is in the writer's scratch
+#define SYMM_PIPE_REDUCED 1       // chunks the writer has reduced (its reads of our inputs are done)
+#define SYMM_PIPE_GATHERED 2      // chunks the writer has gathered (its reads of our results are done)
+#define SYMM_PIPE_KINDS 3
+#define SYMM_PIPE_WORDS (SYMM_PIPE_KINDS * SYMM_COLL_MAX_BLOCKS * SYMM_MAX_RANKS + SYMM_COLL_MAX_BLOCKS)
+
 // Flags of SymmCollArgs::mode.
 #define SYMM_COLL_STAGED 1u     // inputs are copied into scratch first
 #define SYMM_COLL_END_SYNC 2u   // peers read our user buffers: wait for them at the end
@@ -80,6 +93,39 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_PROGRESS 8u   // all-gather: set a flag per landed chunk
 #define SYMM_COLL_CHECK 16u     // compare (collective, count, dtype, op, root) across ranks
 #define SYMM_COLL_LOCAL 32u     // reduce-scatter: reduce a.src[0..n) locally, no cross-rank sync
+#define SYMM_COLL_PUSH 64u      // all-reduce two-shot: reduce the own slice from the peers' inputs and
+                                // store it into every rank's output (symmetric/registered send and recv)
+#define SYMM_COLL_PIPE 128u     // two-shot all-reduce / reduce-scatter pipelined through scratch slots
+                                // with per-chunk flags (pipe.cuh)
+#define SYMM_COLL_CLASSIC 256u  // the copy and reduction loops of before (rank-order loads, one vector
+                                // in flight in the copy tail): for A/B measurements
+// Mode bits that change what crosses between ranks (the protocol): compared
+// at the first sync on every call, so ranks that picked different kernels
+// fail with a mismatch instead of misreading each other's flags.
+#define SYMM_COLL_PROTO_BITS (SYMM_COLL_TWO_SHOT | SYMM_COLL_PUSH | SYMM_COLL_PIPE)
+
+// ---- Per-phase timeline (SYMM_TIMELINE=1) ----------------------------------
+// Every block of a synced collective kernel records %globaltimer when it
+// enters a phase: SymmCollArgs::timeline holds, per block, one header event
+// (phase = events recorded, arg = the kernel's grid size) and then up to
+// SYMM_TL_EVENTS events. A phase lasts until the block's next event. The
+// buffer holds the last kernel's events (each kernel starts over).
+#define SYMM_TL_EVENTS 255
+struct SymmTlEvent {
+  uint32_t phase;  // SymmPhase
+  uint32_t arg;    // round or chunk index
+  uint64_t ns;     // %globaltimer
+};
+static_assert(sizeof(SymmTlEvent) == 16, "SymmTlEvent layout");
+enum SymmPhase : uint32_t {
+  SYMM_PHASE_START = 0,    // kernel entry (descriptor, counters)
+  SYMM_PHASE_COPY_IN = 1,  // own input into scratch
+  SYMM_PHASE_SYNC = 2,     // whole-block sync with the peers' same block
+  SYMM_PHASE_REDUCE = 3,   // loads from the ranks and combining (and, with push, the stores)
+  SYMM_PHASE_GATHER = 4,   // copying results out (pulls of the peers' slices, all-gather, ...)
+  SYMM_PHASE_WAIT = 5,     // waiting on per-chunk flags (pipelined kernels)
+  SYMM_PHASE_END = 6,      // done
+};
 
 // Collective ids, for SYMM_CHECK and error messages (src/coll/mod.rs).
 enum SymmCollId : uint32_t {
@@ -106,6 +152,7 @@ struct SymmCollArgs {
   const char* send;                     // this rank's input
   char* recv;                           // this rank's output
   uint32_t* progress;                   // SYMM_COLL_PROGRESS: flags[rank][chunk]
+  SymmTlEvent* timeline;                // SYMM_TIMELINE=1: per-block phase events; else null
   uint64_t count;                       // elements (per rank block where the collective has blocks)
   uint64_t chunk;                       // elements per staged round
   uint64_t unit;                        // elements per work unit (progress chunk), 0 = even split
@@ -116,13 +163,13 @@ struct SymmCollArgs {
   uint32_t token;                       // which user buffer peers read (0: staged); must match
   uint32_t pad;
 };
-static_assert(sizeof(SymmCollArgs) == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 40 + 32 + 8,
+static_assert(sizeof(SymmCollArgs) == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 8 + 40 + 32 + 8,
               "SymmCollArgs layout");
 
 // ---- Point-to-point ------------------------------------------------------
 
 #define SYMM_P2P_MAX_OPS 16       // sends + receives in one launch
-#define SYMM_P2P_BLOCKS 16        // blocks per operation (the same on every rank)
+#define SYMM_P2P_BLOCKS 16        // blocks per operation of the fixed kernel (the same on every rank)
 
 // One send or receive of `bytes` bytes with `peer`.
 struct SymmP2POp {
@@ -130,7 +177,12 @@ struct SymmP2POp {
   uint64_t bytes;
   uint32_t peer;
   uint32_t is_send;
+  uint32_t first_block;  // sized kernel: this operation's blocks are [first_block, first_block + blocks)
+  uint32_t blocks;
+  uint64_t heap_offset;  // sized kernel, receive: buf's offset in this rank's symmetric heap slot, which
+                         // the sender may then store into directly; SYMM_P2P_NO_DIRECT otherwise
 };
+static_assert(sizeof(SymmP2POp) == 40, "SymmP2POp layout");
 
 // Data goes through the receiver's staging slots: [sender][2][slot_bytes].
 // Flags (uint32, in each rank's pad):
@@ -144,13 +196,41 @@ struct SymmP2PArgs {
   char* slots;                          // this rank's staging slots
   char* peer_slots[SYMM_MAX_RANKS];
   uint64_t slot_bytes;
+  char* heap[SYMM_MAX_RANKS];           // rank r's symmetric heap slot, as seen here (direct pushes)
   SymmP2POp ops[SYMM_P2P_MAX_OPS];
-  uint32_t nops, rank, nranks, pad;
+  uint32_t nops, rank, nranks;
+  uint32_t mode;                        // SYMM_COLL_CLASSIC: the fixed kernel's copy loop of before
 };
-static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 24 * SYMM_P2P_MAX_OPS + 16, "SymmP2PArgs layout");
+static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P2P_MAX_OPS + 16, "SymmP2PArgs layout");
 
 #define SYMM_P2P_READY(f, blk, r) ((f) + (blk) * SYMM_MAX_RANKS + (r))
 #define SYMM_P2P_DONE(f, blk, r) ((f) + SYMM_P2P_BLOCKS * SYMM_MAX_RANKS + (blk) * SYMM_MAX_RANKS + (r))
 #define SYMM_P2P_SENT(f, blk, r) ((f) + 2 * SYMM_P2P_BLOCKS * SYMM_MAX_RANKS + (blk) * SYMM_MAX_RANKS + (r))
 #define SYMM_P2P_TAKEN(f, blk, r) ((f) + 3 * SYMM_P2P_BLOCKS * SYMM_MAX_RANKS + (blk) * SYMM_MAX_RANKS + (r))
 #define SYMM_P2P_FLAG_WORDS (4 * SYMM_P2P_BLOCKS * SYMM_MAX_RANKS)
+
+// The sized kernel (sendrecv.cu, symm_sendrecv_sized): a channel's 4 MiB of
+// slots (the two slots of the fixed kernel) form a ring of SYMM_P2P_RING
+// chunks; chunk q of the channel's series goes to ring slot q % RING and
+// carries its own flags, so sender and receiver may use different numbers
+// of blocks. Flags at SYMM_P2P_SIZED_DELTA words after the fixed kernel's
+// (SymmP2PArgs::flags, peer_flags[r]); word offsets below.
+#define SYMM_P2P_CHUNK (16u << 10)          // bytes per chunk: one warp group's unit between flags
+#define SYMM_P2P_RING 256u                  // chunk slots per channel
+#define SYMM_P2P_GROUP 128u                 // threads per warp group
+#define SYMM_P2P_DIRECT_MIN (1ull << 20)    // messages from this size offer the receiver's buffer for a direct push
+#define SYMM_P2P_NO_DIRECT (~0ull)
+#define SYMM_P2P_SIZED_DELTA 10752u          // words from the fixed kernel's flags to the sized kernel's
+#define SYMM_P2PS_READY(sender, slot) ((sender) * SYMM_P2P_RING + (slot))        // receiver's pad: chunk seq + 1
+#define SYMM_P2PS_DONE(receiver, slot) ((SYMM_MAX_RANKS + (receiver)) * SYMM_P2P_RING + (slot))  // sender's pad
+#define SYMM_P2PS_XDESC(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + (receiver) * 4)  // sender's pad: {call, off lo, off hi}
+#define SYMM_P2PS_ARRIVED(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 32 + (sender))    // receiver's pad: direct chunks
+#define SYMM_P2PS_LOCAL(kind, peer) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 40 + (kind) * SYMM_MAX_RANKS + (peer))
+#define SYMM_P2PS_SEND_SEQ 0     // local: staged chunks sent on the channel to peer
+#define SYMM_P2PS_RECV_SEQ 1     // local: staged chunks taken from peer
+#define SYMM_P2PS_SEND_CALL 2    // local: calls >= SYMM_P2P_DIRECT_MIN sent to peer
+#define SYMM_P2PS_RECV_CALL 3    // local: ... received from peer
+#define SYMM_P2PS_RECV_DIRECT 4  // local: chunks peer pushed directly
+#define SYMM_P2PS_SEND_FIN 5     // local: blocks of the current send to peer that finished
+#define SYMM_P2PS_RECV_FIN 6     // local: ... of the current receive
+#define SYMM_P2PS_WORDS (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 40 + 7 * SYMM_MAX_RANKS)

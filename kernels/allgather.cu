@@ -10,6 +10,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
   const uint64_t sz = a.elem_size;
   const bool staged = a.mode & SYMM_COLL_STAGED;
   const bool progress = a.mode & SYMM_COLL_PROGRESS;
+  const bool classic = a.mode & SYMM_COLL_CLASSIC;
   const uint64_t units_per_rank = progress ? (a.count + a.unit - 1) / a.unit : 0;
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
@@ -28,12 +29,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
     }
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) {
+      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
       for (uint64_t u = blockIdx.x; u * unit < n; u += gridDim.x) {
         const uint64_t len = min(unit, n - u * unit);
-        copy_bytes(scratch_in(a, a.rank, par) + u * unit * sz, a.send + (base + u * unit) * sz, len * sz);
+        copy_any(classic, scratch_in(a, a.rank, par) + u * unit * sz, a.send + (base + u * unit) * sz, len * sz);
       }
     }
     if (!block_sync(a, s)) return;
+    s.tl.mark(SYMM_PHASE_GATHER, (uint32_t)(base / a.chunk));
     for (uint64_t u = blockIdx.x; u * unit < n; u += gridDim.x) {
       const uint64_t off = base + u * unit, len = min(unit, n - u * unit);
       for (uint32_t k = 0; k < a.nranks; ++k) {
@@ -41,7 +44,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
         const char* from = r == a.rank ? a.send + off * sz
                            : staged    ? scratch_in(a, r, par) + u * unit * sz
                                        : a.src[r] + off * sz;
-        copy_bytes(a.recv + (r * a.count + off) * sz, from, len * sz);
+        copy_any(classic, a.recv + (r * a.count + off) * sz, from, len * sz);
         if (progress) {
           __syncthreads();
           if (threadIdx.x == 0) {

@@ -4,6 +4,11 @@
 // every rank gathers all slices (two syncs per round; less traffic for more
 // than 2 ranks). Inputs come straight from peers' symmetric or registered
 // buffers, or from scratch after a copy-in (staged), in rounds of a.chunk.
+// Reductions load every rank's data at once, own rank first, and combine
+// in rank order (coll.cuh, reduce_balanced); SYMM_COLL_CLASSIC selects the
+// loops of before. Two-shot variants with fewer cross-rank syncs:
+// allreduce_push.cu (symmetric/registered buffers) and allreduce_pipe.cu
+// (pipelined through scratch).
 #include "ll.cuh"
 
 template <typename T, int OP>
@@ -12,40 +17,43 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
   constexpr uint32_t E = vec_elems<T>();
   const bool staged = a.mode & SYMM_COLL_STAGED;
   const bool two_shot = a.mode & SYMM_COLL_TWO_SHOT;
-  const T* send = reinterpret_cast<const T*>(a.send);
+  const bool classic = a.mode & SYMM_COLL_CLASSIC;
   T* recv = reinterpret_cast<T*>(a.recv);
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
     round_share(min(a.chunk, a.count), n, E, &lo, &hi);
     const uint32_t par = (staged || two_shot) ? next_parity(a) : 0;
-    if (staged) copy_bytes(scratch_in(a, a.rank, par) + lo * sizeof(T), a.send + (base + lo) * sizeof(T), (hi - lo) * sizeof(T));
-    if (!block_sync(a, s)) return;
-    const T* srcs[SYMM_MAX_RANKS];
-    for (uint32_t r = 0; r < a.nranks; ++r)
-      srcs[r] = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) : reinterpret_cast<const T*>(a.src[r]) + base;
-    if (!two_shot) {
-      const T* from[SYMM_MAX_RANKS];
-      for (uint32_t r = 0; r < a.nranks; ++r) from[r] = srcs[r] + lo;
-      reduce_elems<T, OP>(recv + base + lo, from, a.nranks, hi - lo, a.nranks);
-      continue;
+    if (staged) {
+      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
+      copy_any(classic, scratch_in(a, a.rank, par) + lo * sizeof(T), a.send + (base + lo) * sizeof(T),
+               (hi - lo) * sizeof(T));
     }
-    // Two-shot: my slice of this block's range, reduced into my scratch.
-    uint64_t slo, shi;
-    split_range(hi - lo, E, a.nranks, a.rank, &slo, &shi);
-    const T* from[SYMM_MAX_RANKS];
-    for (uint32_t r = 0; r < a.nranks; ++r) from[r] = srcs[r] + lo + slo;
-    T* mine = reinterpret_cast<T*>(scratch_out(a, a.rank, par));
-    reduce_elems<T, OP>(mine + lo + slo, from, a.nranks, shi - slo, a.nranks);
     if (!block_sync(a, s)) return;
+    // One-shot: this block's share of the round, into recv. Two-shot: my
+    // slice of it, into my scratch. The sources in rank order.
+    uint64_t slo = 0, shi = hi - lo;
+    if (two_shot) split_range(hi - lo, E, a.nranks, a.rank, &slo, &shi);
+    const T* from[SYMM_MAX_RANKS];
+#pragma unroll
+    for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
+      if (r >= a.nranks) break;
+      const T* src = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) : reinterpret_cast<const T*>(a.src[r]) + base;
+      from[r] = src + lo + slo;
+    }
+    T* dst = two_shot ? reinterpret_cast<T*>(scratch_out(a, a.rank, par)) + lo + slo : recv + base + lo;
+    s.tl.mark(SYMM_PHASE_REDUCE, (uint32_t)(base / a.chunk));
+    reduce_any<T, OP>(classic, dst, from, a.nranks, a.rank, shi - slo, a.nranks);
+    if (!two_shot) continue;
+    if (!block_sync(a, s)) return;
+    s.tl.mark(SYMM_PHASE_GATHER, (uint32_t)(base / a.chunk));
     for (uint32_t k = 0; k < a.nranks; ++k) {
       const uint32_t r = (a.rank + k) % a.nranks;  // spread the pulls over the peers
       split_range(hi - lo, E, a.nranks, r, &slo, &shi);
       const char* slice = scratch_out(a, r, par) + (lo + slo) * sizeof(T);
-      copy_bytes(a.recv + (base + lo + slo) * sizeof(T), slice, (shi - slo) * sizeof(T));
+      copy_any(classic, a.recv + (base + lo + slo) * sizeof(T), slice, (shi - slo) * sizeof(T));
     }
   }
-  (void)send;
   SYMM_COLL_EPILOGUE(a, s)
 }
 

@@ -6,6 +6,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
   SYMM_COLL_PROLOGUE(a, s)
   const uint64_t sz = a.elem_size;
   const bool staged = a.mode & SYMM_COLL_STAGED;
+  const bool classic = a.mode & SYMM_COLL_CLASSIC;
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
@@ -13,15 +14,17 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) {
       // Scratch holds block j of this round at j * a.chunk elements.
+      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
       for (uint32_t j = 0; j < a.nranks; ++j)
-        copy_bytes(scratch_in(a, a.rank, par) + j * a.chunk * sz + lo, a.send + (j * a.count + base) * sz + lo, hi - lo);
+        copy_any(classic, scratch_in(a, a.rank, par) + j * a.chunk * sz + lo, a.send + (j * a.count + base) * sz + lo, hi - lo);
     }
     if (!block_sync(a, s)) return;
+    s.tl.mark(SYMM_PHASE_GATHER, (uint32_t)(base / a.chunk));
     for (uint32_t k = 0; k < a.nranks; ++k) {
       const uint32_t r = (a.rank + k) % a.nranks;
       const char* from = staged ? scratch_in(a, r, par) + a.rank * a.chunk * sz
                                 : a.src[r] + (a.rank * a.count + base) * sz;
-      copy_bytes(a.recv + (r * a.count + base) * sz + lo, from + lo, hi - lo);
+      copy_any(classic, a.recv + (r * a.count + base) * sz + lo, from + lo, hi - lo);
     }
   }
   SYMM_COLL_EPILOGUE(a, s)

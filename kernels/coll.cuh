@@ -72,9 +72,17 @@ __device__ __forceinline__ void split_range(uint64_t n, uint32_t epv, uint32_t p
   *hi = b < n ? b : n;
 }
 
-// dst[i] = src[i] for i in [0, n) bytes, by the threads of one block.
-// 16-byte accesses when both pointers share their misalignment.
-__device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t n) {
+// ---- Copies ---------------------------------------------------------------
+// Two generations of the copy loop, both selectable (SYMM_ALGO=classic picks
+// the first, for A/B measurements). Both copy [0, n) bytes by the threads of
+// one block, with 16-byte accesses when both pointers share their
+// misalignment.
+
+// The loop before: eight loads in flight per thread only while at least
+// eight vectors per thread remain (64 KiB with 512 threads); a smaller
+// range, such as a block's 32 KiB slice, runs the tail loop with one load
+// in flight per thread.
+__device__ __forceinline__ void copy_bytes_classic(char* dst, const char* src, uint64_t n) {
   const uint32_t t = threadIdx.x, nt = blockDim.x;
   if (n == 0 || dst == src) return;
   if (misalign(dst) == misalign(src)) {
@@ -85,8 +93,6 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
     const uint4* s = reinterpret_cast<const uint4*>(src + head);
     uint4* d = reinterpret_cast<uint4*>(dst + head);
     uint64_t i = t;
-    // Eight loads in flight per thread before the first store: a peer's
-    // memory is microseconds away, and only bytes in flight hide that.
     constexpr uint32_t U = 8;
     for (; i + (U - 1) * nt < nvec; i += U * nt) {
       uint4 v[U];
@@ -103,8 +109,70 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
   }
 }
 
-// dst[i] = OP over r of srcs[r][i], i in [0, n) elements, accumulating in
-// Acc<T> in rank order (so every rank computes bit-identical results).
+// The deep copy: the unrolled loop covers the whole range with a guard per
+// vector, so every thread issues all its loads (up to COPY_DEPTH) before its
+// first store at any size -- a 32 KiB slice keeps 4 loads in flight per
+// thread instead of 1. A peer's memory is microseconds away, and only bytes
+// in flight hide that. `t`/`nt`: this thread's index among the `nt` threads
+// sharing the copy (a block, or a warp group of one).
+#define SYMM_COPY_DEPTH 8u
+__device__ __forceinline__ void copy_bytes_by(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt) {
+  if (n == 0 || dst == src) return;
+  if (misalign(dst) == misalign(src)) {
+    uint64_t head = (16 - misalign(dst)) & 15;
+    if (head > n) head = n;
+    if (t < head) dst[t] = src[t];
+    const uint64_t nvec = (n - head) / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src + head);
+    uint4* d = reinterpret_cast<uint4*>(dst + head);
+    constexpr uint32_t U = SYMM_COPY_DEPTH;
+    for (uint64_t i = t; i < nvec; i += (uint64_t)U * nt) {
+      uint4 v[U];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < nvec) v[k] = s[i + k * nt];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < nvec) d[i + k * nt] = v[k];
+    }
+    const uint64_t done = head + nvec * 16;
+    for (uint64_t k = t; k < n - done; k += nt) dst[done + k] = src[done + k];
+  } else {
+    // Unrelated misalignments: bytes, still several in flight per thread.
+    constexpr uint32_t U = SYMM_COPY_DEPTH;
+    for (uint64_t i = t; i < n; i += (uint64_t)U * nt) {
+      char v[U];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < n) v[k] = src[i + k * nt];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < n) dst[i + k * nt] = v[k];
+    }
+  }
+}
+
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t n) {
+  copy_bytes_by(dst, src, n, threadIdx.x, blockDim.x);
+}
+
+// The loop the kernel's mode asks for.
+__device__ __forceinline__ void copy_any(bool classic, char* dst, const char* src, uint64_t n) {
+  if (classic)
+    copy_bytes_classic(dst, src, n);
+  else
+    copy_bytes(dst, src, n);
+}
+
+// ---- Reductions ---------------------------------------------------------------
+// Every rank must compute the same bits (the all-reduce of every rank is
+// bit-identical, whichever rank reduced which element). Both loops below
+// combine the sources in rank order, srcs[0] first, in Acc<T>: the first
+// generation because it also loads them in that order; the second because
+// its loads land in registers indexed by source rank, whatever order they
+// were issued in, and the combining loop walks those registers 0, 1, ...
+
+// dst[i] = OP over r of srcs[r][i], in rank order.
 template <typename T, int OP>
 __device__ __forceinline__ void reduce_one(T* dst, const T* const* srcs, uint32_t nsrc, uint64_t i, uint32_t nranks) {
   typename Acc<T>::type acc = to_acc(srcs[0][i]);
@@ -112,8 +180,12 @@ __device__ __forceinline__ void reduce_one(T* dst, const T* const* srcs, uint32_
   dst[i] = from_acc<T>(finalize<OP>(acc, nranks));
 }
 
+// The loop before (SYMM_ALGO=classic): source 0's vectors, then source 1's,
+// ...: U loads of one source in flight per thread at a time, and at the
+// first step of a round every rank reads rank 0.
 template <typename T, int OP>
-__device__ __forceinline__ void reduce_elems(T* dst, const T* const* srcs, uint32_t nsrc, uint64_t n, uint32_t nranks) {
+__device__ __noinline__ void reduce_elems_classic(T* dst, const T* const* srcs, uint32_t nsrc, uint64_t n,
+                                                     uint32_t nranks) {
   using A = typename Acc<T>::type;
   constexpr uint32_t E = vec_elems<T>();
   const uint32_t t = threadIdx.x, nt = blockDim.x;
@@ -176,6 +248,177 @@ __device__ __forceinline__ void reduce_elems(T* dst, const T* const* srcs, uint3
   for (uint64_t i = tail + t; i < n; i += nt) reduce_one<T, OP>(dst, srcs, nsrc, i, nranks);
 }
 
+// A 16-byte load issued where it stands: `asm volatile` keeps the loads of
+// the balanced loop in the order written (own rank's source first), which
+// the compiler could otherwise reorder.
+__device__ __forceinline__ uint4 ld_vec_ordered(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Element i of every destination = OP over the sources, in rank order
+// (the balanced loop's head and tail; NMAX bounds nsrc and ndst).
+template <typename T, int OP, uint32_t NMAX>
+__device__ __forceinline__ void reduce_one_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                              uint64_t i, uint32_t nranks) {
+  typename Acc<T>::type acc = to_acc(srcs[0][i]);
+#pragma unroll
+  for (uint32_t r = 1; r < NMAX; ++r)
+    if (r < nsrc) acc = combine<OP>(acc, to_acc(srcs[r][i]));
+  const T out = from_acc<T>(finalize<OP>(acc, nranks));
+#pragma unroll
+  for (uint32_t d = 0; d < NMAX; ++d)
+    if (d < ndst) dsts[d][i] = out;
+}
+
+// The balanced loop: dsts[0..ndst)[i] = OP over srcs[0..nsrc)[i], for i in
+// [0, n) elements, by the threads of one block; nsrc, ndst <= NMAX.
+//
+// Per step a thread issues U loads of every source before it combines
+// anything, so NMAX * U 16-byte loads are in flight per thread whatever the
+// rank count, and every peer serves every thread at once. Issue order
+// starts at source `first` (the caller's rank) and rotates, so that the
+// first requests of a step go to a different GPU on every rank; the loads
+// land in in[source rank][j] (indices known at compile time, so registers)
+// and are combined in rank order, which keeps the bits the same on every
+// rank. Stores go to every destination (the push all-reduce writes each
+// rank's output; otherwise ndst = 1), also starting at `first`. Only the
+// loop bounds are guarded, so the tail of any range keeps its loads in
+// flight too.
+//
+// In place (a destination that is also a source) is safe: element i is
+// read and then written by the same thread in the same step.
+//
+// Not inlined (nor is the classic loop): a reduction kernel holds one
+// instance per op and rank-count class, and inlined together their
+// registers spill; as calls each gets the kernel's whole register budget.
+template <typename T, int OP, uint32_t NMAX, uint32_t U>
+__device__ __noinline__ void reduce_balanced(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                                uint32_t first, uint64_t n, uint32_t nranks) {
+  using A = typename Acc<T>::type;
+  constexpr uint32_t E = vec_elems<T>();
+  const uint32_t t = threadIdx.x, nt = blockDim.x;
+  if (n == 0) return;
+  const uint32_t mis = misalign(dsts[0]);
+  bool aligned = true;
+#pragma unroll
+  for (uint32_t r = 0; r < NMAX; ++r) {
+    if (r < nsrc) aligned &= misalign(srcs[r]) == mis;
+    if (r < ndst) aligned &= misalign(dsts[r]) == mis;
+  }
+  // Misaligned pointers: everything is "head", done one element at a time.
+  uint64_t head = n, nvec = 0;
+  if (aligned) {
+    head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    nvec = (n - head) / E;
+  }
+  const uint64_t tail = head + nvec * E;
+  for (uint64_t i = t; i < head; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
+  union Pack { uint4 v; T e[E]; };
+  const uint4* s[NMAX];
+  uint4* d[NMAX];
+#pragma unroll
+  for (uint32_t r = 0; r < NMAX; ++r) {
+    s[r] = r < nsrc ? reinterpret_cast<const uint4*>(srcs[r] + head) : nullptr;
+    d[r] = r < ndst ? reinterpret_cast<uint4*>(dsts[r] + head) : nullptr;
+  }
+  for (uint64_t v0 = t; v0 < nvec; v0 += (uint64_t)U * nt) {
+    Pack in[NMAX][U];
+    // Loads: sources first..nsrc-1, then 0..first-1.
+#pragma unroll
+    for (uint32_t pass = 0; pass < 2; ++pass)
+#pragma unroll
+      for (uint32_t r = 0; r < NMAX; ++r) {
+        if (r >= nsrc || (r >= first) != (pass == 0)) continue;
+#pragma unroll
+        for (uint32_t j = 0; j < U; ++j)
+          if (v0 + j * nt < nvec) in[r][j].v = ld_vec_ordered(s[r] + v0 + j * nt);
+      }
+#pragma unroll
+    for (uint32_t j = 0; j < U; ++j) {
+      if (v0 + j * nt >= nvec) continue;
+      // Combine in rank order.
+      A acc[E];
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) acc[k] = to_acc(in[0][j].e[k]);
+#pragma unroll
+      for (uint32_t r = 1; r < NMAX; ++r)
+        if (r < nsrc)
+#pragma unroll
+          for (uint32_t k = 0; k < E; ++k) acc[k] = combine<OP>(acc[k], to_acc(in[r][j].e[k]));
+      Pack out;
+#pragma unroll
+      for (uint32_t k = 0; k < E; ++k) out.e[k] = from_acc<T>(finalize<OP>(acc[k], nranks));
+#pragma unroll
+      for (uint32_t pass = 0; pass < 2; ++pass)
+#pragma unroll
+        for (uint32_t r = 0; r < NMAX; ++r)
+          if (r < ndst && (r >= first) == (pass == 0)) d[r][v0 + j * nt] = out.v;
+    }
+  }
+  for (uint64_t i = tail + t; i < n; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
+}
+
+// The balanced loop instantiated for the rank count: registers for 8
+// vectors, 2 of each source up to 4 ranks (8 loads in flight per thread
+// and step at 4 ranks, 4 at 2), 1 of each from 5 to 8. Two instances per
+// type and op keep the reduction families' compile time in bounds.
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                          uint32_t first, uint64_t n, uint32_t nranks) {
+  if (nsrc <= 4)
+    reduce_balanced<T, OP, 4, 2>(dsts, ndst, srcs, nsrc, first, n, nranks);
+  else
+    reduce_balanced<T, OP, 8, 1>(dsts, ndst, srcs, nsrc, first, n, nranks);
+}
+
+// dst = OP over srcs (rank order) with the loop the kernel's mode asks for.
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_any(bool classic, T* dst, const T* const* srcs, uint32_t nsrc, uint32_t first,
+                                           uint64_t n, uint32_t nranks) {
+  if (classic)
+    reduce_elems_classic<T, OP>(dst, srcs, nsrc, n, nranks);
+  else
+    reduce_to<T, OP>(&dst, 1, srcs, nsrc, first, n, nranks);
+}
+
+// ---- Timeline (SYMM_TIMELINE=1) --------------------------------------------
+// Thread 0 of every block records the phases it enters (abi.cuh); the
+// others carry a null pointer and record nothing.
+struct Timeline {
+  SymmTlEvent* rec;
+  uint32_t n;
+
+  __device__ explicit Timeline(const SymmCollArgs& a)
+      : rec(a.timeline && threadIdx.x == 0 ? a.timeline + blockIdx.x * (SYMM_TL_EVENTS + 1) + 1 : nullptr), n(0) {
+    mark(SYMM_PHASE_START);
+  }
+
+  __device__ __forceinline__ void mark(uint32_t phase, uint32_t arg = 0) {
+    if (rec && n < SYMM_TL_EVENTS) {
+      SymmTlEvent e;
+      e.phase = phase;
+      e.arg = arg;
+      e.ns = symm_globaltimer();
+      rec[n++] = e;
+    }
+  }
+
+  // The last event, then the block's header.
+  __device__ __forceinline__ void finish() {
+    mark(SYMM_PHASE_END);
+    if (rec) {
+      SymmTlEvent h;
+      h.phase = n;
+      h.arg = gridDim.x;
+      h.ns = 0;
+      rec[-1] = h;
+    }
+  }
+};
+
 // ---- Cross-rank sync, one block with the same block on every rank ---------
 // Epoch-based: block b keeps a counter in its own pad (advanced only by
 // kernels, so graph replay stays correct); each sync publishes epoch+1 to
@@ -186,18 +429,29 @@ __device__ __forceinline__ void reduce_elems(T* dst, const T* const* srcs, uint3
 // The first sync of a kernel also checks that the ranks agree on what they
 // are doing: before it, each block writes a descriptor of the call into
 // every peer's check slot [b][our rank]; after it, each compares what the
-// peers wrote. Always compared: the layout token (which user buffer peers
-// read directly, or 0 when staged), so that no rank reads a peer's memory
-// that the peer did not pass. With SYMM_CHECK also the collective, count,
-// dtype/op and root. On a mismatch every rank records the error and no
-// block touches data.
+// peers wrote. Always compared: the layout token (which user buffers peers
+// read or write directly, or 0 when staged), so that no rank touches a
+// peer's memory that the peer did not pass, and the protocol (the mode bits
+// of SYMM_COLL_PROTO_BITS: one-shot, two-shot, push, pipelined), so that
+// ranks that chose different kernels (different SYMM_ALGO, or buffer
+// classes that lead to different kernels) fail instead of misreading each
+// other's flags. With SYMM_CHECK also the collective, count, dtype/op and
+// root. On a mismatch every rank records the error and no block touches
+// data.
+//
+// Descriptor words: [0] collective << 24 | protocol << 16 | root,
+// [1] count low, [2] count high << 16 | dtype << 8 | op, [3] token.
 #define SYMM_DESC_WORDS 4
+#define SYMM_DESC_PROTO_MASK 0x00ff0000u
 
 struct BlockSync {
   uint32_t epoch;  // valid in every thread
   uint32_t parity;
   bool first;
   uint32_t desc[SYMM_DESC_WORDS];
+  Timeline tl;  // this block's phase events (thread 0; SYMM_TIMELINE=1)
+
+  __device__ explicit BlockSync(const SymmCollArgs& a) : epoch(0), parity(0), first(true), desc(), tl(a) {}
 };
 
 // Per-block counters after the epochs (SymmCollArgs::epochs):
@@ -222,10 +476,9 @@ __device__ __forceinline__ BlockSync sync_begin(const SymmCollArgs& a, uint32_t 
     *kernels = *kernels + 1;
   }
   __syncthreads();
-  BlockSync s;
-  s.first = true;
+  BlockSync s(a);
   s.parity = parity;
-  s.desc[0] = a.coll << 24 | (a.root & 0xffffffu);
+  s.desc[0] = a.coll << 24 | ((a.mode & SYMM_COLL_PROTO_BITS) >> 2) << 16 | (a.root & 0xffffu);
   s.desc[1] = (uint32_t)a.count;
   s.desc[2] = (uint32_t)(a.count >> 32) << 16 | (a.dtype & 0xffu) << 8 | (a.op & 0xffu);
   s.desc[3] = token;
@@ -243,6 +496,7 @@ __device__ __forceinline__ BlockSync sync_begin(const SymmCollArgs& a, uint32_t 
 // False when the kernel must stop (timeout, abort, or a mismatch).
 __device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) {
   __shared__ int failed;
+  s.tl.mark(SYMM_PHASE_SYNC);
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const uint32_t next = s.epoch + 1;
@@ -265,7 +519,7 @@ __device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) 
     uint32_t t[SYMM_DESC_WORDS];
     for (int k = 0; k < SYMM_DESC_WORDS; ++k) t[k] = theirs[k];
     const bool full = a.mode & SYMM_COLL_CHECK;
-    bool differ = t[3] != s.desc[3];
+    bool differ = t[3] != s.desc[3] || ((t[0] ^ s.desc[0]) & SYMM_DESC_PROTO_MASK) != 0;
     for (int k = 0; k < 3; ++k) differ |= full && t[k] != s.desc[k];
     if (differ) {
       failed = 1;
@@ -279,8 +533,9 @@ __device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) 
   return !failed;
 }
 
-__device__ __forceinline__ void sync_end(const SymmCollArgs& a, const BlockSync& s) {
+__device__ __forceinline__ void sync_end(const SymmCollArgs& a, BlockSync& s) {
   if (threadIdx.x == 0) *block_counter(a, 0) = s.epoch;
+  s.tl.finish();
 }
 
 // ---- Scratch and stamping ----------------------------------------------------

@@ -1,5 +1,8 @@
 // Reduce-scatter: rank r's output is the reduction of block r (a.count
-// elements) of every rank's input.
+// elements) of every rank's input. Symmetric/registered inputs are read
+// where they are, with a sync at entry and exit only; staged inputs go
+// through scratch in rounds (two syncs per round), or pipelined with
+// per-chunk flags (reduce_scatter_pipe.cu, SYMM_ALGO=pipe).
 #include "ll.cuh"
 
 // The copy-engine path's last step: the peers' blocks were already copied
@@ -9,8 +12,13 @@ __device__ void local_reduce(const SymmCollArgs& a) {
   uint64_t lo, hi;
   split_range(a.count, vec_elems<T>(), gridDim.x, blockIdx.x, &lo, &hi);
   const T* from[SYMM_MAX_RANKS];
-  for (uint32_t r = 0; r < a.nranks; ++r) from[r] = reinterpret_cast<const T*>(a.src[r]) + lo;
-  reduce_elems<T, OP>(reinterpret_cast<T*>(a.recv) + lo, from, a.nranks, hi - lo, a.nranks);
+#pragma unroll
+  for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
+    if (r >= a.nranks) break;
+    from[r] = reinterpret_cast<const T*>(a.src[r]) + lo;
+  }
+  reduce_any<T, OP>(a.mode & SYMM_COLL_CLASSIC, reinterpret_cast<T*>(a.recv) + lo, from, a.nranks, a.rank, hi - lo,
+                    a.nranks);
 }
 
 template <typename T, int OP>
@@ -22,6 +30,7 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
   constexpr uint32_t E = vec_elems<T>();
   const bool staged = a.mode & SYMM_COLL_STAGED;
+  const bool classic = a.mode & SYMM_COLL_CLASSIC;
   T* recv = reinterpret_cast<T*>(a.recv);
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
@@ -30,17 +39,21 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
     const uint32_t par = staged ? next_parity(a) : 0;
     if (staged) {
       // Scratch holds block j of this round at j * a.chunk.
+      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
       for (uint32_t j = 0; j < a.nranks; ++j)
-        copy_bytes(scratch_in(a, a.rank, par) + (j * a.chunk + lo) * sizeof(T),
-                   a.send + (j * a.count + base + lo) * sizeof(T), (hi - lo) * sizeof(T));
+        copy_any(classic, scratch_in(a, a.rank, par) + (j * a.chunk + lo) * sizeof(T),
+                 a.send + (j * a.count + base + lo) * sizeof(T), (hi - lo) * sizeof(T));
     }
     if (!block_sync(a, s)) return;
     const T* from[SYMM_MAX_RANKS];
-    for (uint32_t r = 0; r < a.nranks; ++r) {
+#pragma unroll
+    for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
+      if (r >= a.nranks) break;
       from[r] = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) + a.rank * a.chunk + lo
                        : reinterpret_cast<const T*>(a.src[r]) + a.rank * a.count + base + lo;
     }
-    reduce_elems<T, OP>(recv + base + lo, from, a.nranks, hi - lo, a.nranks);
+    s.tl.mark(SYMM_PHASE_REDUCE, (uint32_t)(base / a.chunk));
+    reduce_any<T, OP>(classic, recv + base + lo, from, a.nranks, a.rank, hi - lo, a.nranks);
   }
   SYMM_COLL_EPILOGUE(a, s)
 }

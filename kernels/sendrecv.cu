@@ -1,8 +1,15 @@
 // Send and receive, any number of each (up to SYMM_P2P_MAX_OPS) in one
 // launch, so that a group's sends and receives progress together in both
 // directions. The host puts at most one send and one receive per peer in a
-// launch; SYMM_P2P_BLOCKS blocks serve each operation, block j of a send
-// pairing with block j of the matching receive.
+// launch. Two kernels:
+//  - symm_sendrecv (fixed, the default): SYMM_P2P_BLOCKS blocks serve each
+//    operation, block j of a send pairing with block j of the matching
+//    receive, two slots per channel;
+//  - symm_sendrecv_sized (SYMM_ALGO=p2p, below): blocks by the bytes, warp
+//    groups with their own flags over a ring of chunk slots, and a direct
+//    push into a receive buffer in the symmetric heap.
+//
+// The fixed kernel:
 //
 // Per chunk k of a channel (sender -> receiver, block j): the sender waits
 // until the receiver has taken chunk k-2 (it reuses that slot), writes its
@@ -48,7 +55,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
       }
       __syncthreads();
       if (failed) return;
-      copy_bytes(slot + lo, reinterpret_cast<const char*>(op.buf) + off + lo, hi - lo);
+      copy_any(a.mode & SYMM_COLL_CLASSIC, slot + lo, reinterpret_cast<const char*>(op.buf) + off + lo, hi - lo);
       __syncthreads();
       if (threadIdx.x == 0) {
         __threadfence_system();
@@ -63,7 +70,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
       __syncthreads();
       if (failed) return;
       const char* slot = a.slots + ((uint64_t)peer * 2 + (k & 1)) * a.slot_bytes;
-      copy_bytes(reinterpret_cast<char*>(op.buf) + off + lo, slot + lo, hi - lo);
+      copy_any(a.mode & SYMM_COLL_CLASSIC, reinterpret_cast<char*>(op.buf) + off + lo, slot + lo, hi - lo);
       __syncthreads();
       if (threadIdx.x == 0) {
         __threadfence_system();
@@ -72,4 +79,177 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
     }
   }
   if (threadIdx.x == 0) *counter = start + (uint32_t)nchunks;
+}
+
+// ---- The sized kernel (SYMM_ALGO=p2p) ---------------------------------------
+//
+// Blocks. The host gives each operation blocks by its bytes (p2p.rs), the
+// grid being the sum (every block resident, as the cross-rank waits need);
+// block counts need not match between sender and receiver, because nothing
+// pairs blocks: every chunk carries its own flags.
+//
+// Chunks. A channel (sender -> receiver) numbers its staged chunks q = 0,
+// 1, ... across calls (counters in each side's pad, advanced by kernels, so
+// graph replays continue the series). Chunk q of SYMM_P2P_CHUNK bytes goes
+// to ring slot q % SYMM_P2P_RING of the channel's 4 MiB in the receiver's
+// memory. Warp groups of SYMM_P2P_GROUP threads take an operation's chunks
+// in turn (group g of G: chunks g, g + G, ...), each on its own:
+//   sender:   wait until DONE[slot] >= q + 1 - RING (the receiver took chunk
+//             q - RING out of the slot), store the chunk into the slot,
+//             group barrier, READY[slot] = q + 1 (release);
+//   receiver: wait until READY[slot] >= q + 1, copy the chunk out, group
+//             barrier, DONE[slot] = q + 1 (release).
+// The barrier orders the group's stores (or loads) before its leader's
+// release store, which publishes them: no separate fence. A group stalled
+// in that release does not hold up the block's other groups, which keep
+// copying. With 16 blocks of 4 groups on a 256-chunk ring each group has 4
+// chunks of slack before it waits for the receiver.
+//
+// Blocks with no chunk (more groups than chunks) leave at once; the last of
+// the others to finish advances the channel's counters for the next call.
+//
+// Direct push. From SYMM_P2P_DIRECT_MIN bytes the receiver tells the
+// sender, at the start of every call, where its buffer is: the offset in
+// its symmetric heap slot when the buffer lies in the symmetric heap
+// (symmMemAlloc, or a registration of such memory), else "none" (a
+// descriptor {call + 1, offset} in the sender's pad). With an offset, the
+// sender's groups store straight into the receiver's buffer (no ring, no
+// per-chunk flags) and each adds its chunk count to ARRIVED in the
+// receiver's pad (release); the receiver waits for the call's total. The
+// receiver's kernel has started when it publishes the descriptor, so its
+// stream is done with the buffer. A receiver's next call cannot begin
+// before every chunk of this one arrived, which every sender block with
+// chunks sends only after reading this call's descriptor: one descriptor
+// word per channel suffices.
+
+__device__ __forceinline__ void group_barrier(uint32_t group) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(SYMM_P2P_GROUP) : "memory");
+}
+
+__device__ __forceinline__ void red_add_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
+__device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p, uint32_t target, uint32_t peer,
+                                         uint32_t detail) {
+  SymmSpin spin(a.wait, peer, detail);
+  while (!symm_seq_geq(symm_ld_acquire_sys(p), target))
+    if (spin.give_up()) return false;
+  return true;
+}
+
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2PArgs a) {
+  uint32_t oi = 0;
+  while (oi < a.nops && blockIdx.x >= a.ops[oi].first_block + a.ops[oi].blocks) ++oi;
+  if (oi >= a.nops) return;
+  const SymmP2POp op = a.ops[oi];
+  const uint32_t peer = op.peer, jb = blockIdx.x - op.first_block;
+  const uint32_t per_block = blockDim.x / SYMM_P2P_GROUP;
+  const uint32_t group = threadIdx.x / SYMM_P2P_GROUP, lane = threadIdx.x % SYMM_P2P_GROUP;
+  const uint32_t ngroups = op.blocks * per_block, g = jb * per_block + group;
+  uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
+  uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
+  const uint32_t nchunks = (uint32_t)((op.bytes + SYMM_P2P_CHUNK - 1) / SYMM_P2P_CHUNK);
+  const bool offered = op.bytes >= SYMM_P2P_DIRECT_MIN;
+  // Blocks whose groups have no chunk leave at once (they take no part in
+  // the call, so they need not know whether it goes direct).
+  if (jb * per_block >= nchunks) return;
+  const uint32_t working = min(op.blocks, (nchunks + per_block - 1) / per_block);
+  __shared__ uint32_t base, call, direct_base;
+  __shared__ uint64_t direct;
+  __shared__ int failed;
+  __shared__ int group_failed[SYMM_COLL_THREADS / SYMM_P2P_GROUP];
+  if (threadIdx.x == 0) {
+    failed = 0;
+    direct = SYMM_P2P_NO_DIRECT;
+    if (op.is_send) {
+      base = mine[SYMM_P2PS_LOCAL(SYMM_P2PS_SEND_SEQ, peer)];
+      call = mine[SYMM_P2PS_LOCAL(SYMM_P2PS_SEND_CALL, peer)];
+      if (offered) {
+        const uint32_t* desc = mine + SYMM_P2PS_XDESC(peer);
+        if (!wait_geq(a, desc, call + 1, peer, jb)) {
+          failed = 1;
+        } else {
+          const uint64_t off = (uint64_t)desc[1] | (uint64_t)desc[2] << 32;
+          direct = off;
+        }
+      }
+    } else {
+      base = mine[SYMM_P2PS_LOCAL(SYMM_P2PS_RECV_SEQ, peer)];
+      call = mine[SYMM_P2PS_LOCAL(SYMM_P2PS_RECV_CALL, peer)];
+      direct_base = mine[SYMM_P2PS_LOCAL(SYMM_P2PS_RECV_DIRECT, peer)];
+      if (offered) {
+        direct = op.heap_offset;
+        if (jb == 0) {
+          uint32_t* desc = theirs + SYMM_P2PS_XDESC(a.rank);
+          desc[1] = (uint32_t)op.heap_offset;
+          desc[2] = (uint32_t)(op.heap_offset >> 32);
+          symm_st_release_sys(desc, call + 1);
+        }
+      }
+    }
+  }
+  if (threadIdx.x < per_block) group_failed[threadIdx.x] = 0;
+  __syncthreads();
+  const bool is_direct = direct != SYMM_P2P_NO_DIRECT;
+  int fail = failed;
+  const char* channel_in = a.slots + (uint64_t)peer * 2 * a.slot_bytes;                // receiver: from peer
+  char* channel_out = a.peer_slots[peer] + (uint64_t)a.rank * 2 * a.slot_bytes;        // sender: to peer
+  if (!fail && op.is_send && is_direct) {
+    char* dst = a.heap[peer] + direct;
+    uint32_t sent = 0;
+    for (uint32_t c = g; c < nchunks; c += ngroups, ++sent) {
+      const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
+      copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, SYMM_P2P_GROUP);
+    }
+    group_barrier(group);
+    if (lane == 0 && sent) red_add_release_sys(theirs + SYMM_P2PS_ARRIVED(a.rank), sent);
+  } else if (!fail && op.is_send) {
+    for (uint32_t c = g; c < nchunks; c += ngroups) {
+      const uint32_t q = base + c, slot = q % SYMM_P2P_RING;
+      const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
+      if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_DONE(peer, slot), q + 1 - SYMM_P2P_RING, peer, jb))
+        group_failed[group] = 1;
+      group_barrier(group);
+      if (group_failed[group]) {
+        fail = 1;
+        break;
+      }
+      copy_bytes_by(channel_out + (uint64_t)slot * SYMM_P2P_CHUNK, reinterpret_cast<const char*>(op.buf) + off, len,
+                    lane, SYMM_P2P_GROUP);
+      group_barrier(group);
+      if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_READY(a.rank, slot), q + 1);
+    }
+  } else if (!fail && is_direct) {
+    if (threadIdx.x == 0 && !wait_geq(a, mine + SYMM_P2PS_ARRIVED(peer), direct_base + nchunks, peer, jb)) fail = 1;
+  } else if (!fail) {
+    for (uint32_t c = g; c < nchunks; c += ngroups) {
+      const uint32_t q = base + c, slot = q % SYMM_P2P_RING;
+      const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
+      if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_READY(peer, slot), q + 1, peer, jb)) group_failed[group] = 1;
+      group_barrier(group);
+      if (group_failed[group]) {
+        fail = 1;
+        break;
+      }
+      copy_bytes_by(reinterpret_cast<char*>(op.buf) + off, channel_in + (uint64_t)slot * SYMM_P2P_CHUNK, len, lane,
+                    SYMM_P2P_GROUP);
+      group_barrier(group);
+      if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_DONE(a.rank, slot), q + 1);
+    }
+  }
+  // The operation's last block to finish advances the channel's counters
+  // for the next call (a broken communicator stays broken: no advance).
+  if (__syncthreads_or(fail)) return;
+  if (threadIdx.x == 0) {
+    uint32_t* fin = mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_FIN : SYMM_P2PS_RECV_FIN, peer);
+    __threadfence();
+    if (atomicAdd(fin, 1u) == working - 1) {
+      *fin = 0;
+      if (!is_direct) mine[SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_SEQ : SYMM_P2PS_RECV_SEQ, peer)] = base + nchunks;
+      if (is_direct && !op.is_send) mine[SYMM_P2PS_LOCAL(SYMM_P2PS_RECV_DIRECT, peer)] = direct_base + nchunks;
+      if (offered) mine[SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_CALL : SYMM_P2PS_RECV_CALL, peer)] = call + 1;
+    }
+  }
 }

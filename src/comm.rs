@@ -10,13 +10,16 @@ use parking_lot::Mutex;
 use crate::bootstrap::local::LocalGroup;
 use crate::bootstrap::{Bootstrap, BootstrapConfig, Transport, UniqueId};
 use crate::config;
-use crate::cuda::abi::{self, CollArgs, FlagArgs, OpId, P2PArgs, P2POp, Status, WaitCtx, MAX_RANKS, P2P_MAX_OPS};
+use crate::cuda::abi::{
+    self, CollArgs, FlagArgs, OpId, P2PArgs, P2POp, Status, TlEvent, WaitCtx, COLL_MAX_BLOCKS, MAX_RANKS, P2P_MAX_OPS,
+    TL_EVENTS,
+};
 use crate::cuda::buffer::{DeviceBuffer, HostMapped};
 use crate::cuda::cu;
 use crate::cuda::device::{self, Device};
 use crate::error::{bail, err, symmResult_t, Error, Result};
 use crate::memory::pad::{self, SignalPads};
-use crate::coll::{Algo, CollState, LL_MAX_BYTES};
+use crate::coll::{Algo, AlgoCell, CollState, LL_MAX_BYTES};
 use crate::memory::{symmetric, CommMemory, SymmSpace};
 
 /// What every rank tells the others at init.
@@ -323,6 +326,7 @@ impl Comm {
             send: 0,
             recv: 0,
             progress: 0,
+            timeline: self.coll.timeline.as_ref().map_or(0, |t| t.ptr),
             count: 0,
             chunk: 0,
             unit: 0,
@@ -354,11 +358,12 @@ impl Comm {
             slots: self.coll.p2p_slots[self.rank],
             peer_slots: self.coll.p2p_slots,
             slot_bytes: self.coll.p2p_slot_bytes,
+            heap: std::array::from_fn(|r| if r < self.nranks { self.mem.space.slot(r) } else { 0 }),
             ops: [P2POp::default(); P2P_MAX_OPS],
             nops: 0,
             rank: self.rank as u32,
             nranks: self.nranks as u32,
-            pad: 0,
+            mode: 0,
         }
     }
 
@@ -444,7 +449,7 @@ fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
         s += &op.map_or_else(|| format!(", op {}", d[2] & 0xff), |o| format!(", {o:?}"));
     }
     if matches!(coll, Some(CollId::Broadcast | CollId::Reduce)) {
-        s += &format!(", root={}", d[0] & 0xff_ffff);
+        s += &format!(", root={}", d[0] & 0xffff);
     }
     s + ")"
 }
@@ -459,7 +464,33 @@ fn fused_op_name(id: u32) -> Option<&'static str> {
     }
 }
 
+/// The kernel protocol in a descriptor (SYMM_COLL_PROTO_BITS >> 2, bits 16-23 of word 0).
+fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
+    match (d[0] >> 16) & 0xff {
+        0 => "the one-shot kernel",
+        1 => "the two-shot kernel",
+        17 => "the two-shot push kernel",
+        33 => "the pipelined two-shot kernel",
+        32 => "the pipelined kernel",
+        _ => "an unknown kernel",
+    }
+}
+
 fn mismatch_error(s: &Status) -> Error {
+    if fused_op_name(s.mine[0] >> 24).is_none() && (s.mine[0] ^ s.theirs[0]) & 0x00ff_0000 != 0 {
+        return err!(
+            symmInvalidUsage,
+            "rank {} and rank {} disagree on the kernel of {}: this rank ran {}, rank {} ran {}; set SYMM_ALGO (or \
+             symmCommSetAlgorithm) the same on every rank, and pass buffers of the same classes (symmetric/registered \
+             or plain) for sendbuff and for recvbuff on every rank",
+            s.rank,
+            s.peer,
+            crate::coll::CollId::from_raw(s.mine[0] >> 24).map_or("the collective", |c| c.name()),
+            protocol_name(&s.mine),
+            s.peer,
+            protocol_name(&s.theirs),
+        );
+    }
     if s.mine[..3] == s.theirs[..3] {
         let input = |token: u32| if token == 0 { "an ordinary buffer" } else { "a symmetric/registered buffer" };
         let theirs = if s.mine[3] != 0 && s.theirs[3] != 0 {
@@ -512,11 +543,15 @@ fn coll_state(p: &Parts) -> Result<CollState> {
     }
     let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
     let sharing = busiest_gpu_ranks(p.peers.iter().map(|q| &q.pci_bus_id));
-    let algo = match cfg.algo.as_str() {
-        "ll" => Algo::Ll,
-        "oneshot" | "one_shot" | "one-shot" => Algo::OneShot,
-        "twoshot" | "two_shot" | "two-shot" => Algo::TwoShot,
-        _ => Algo::Auto,
+    let algo = Algo::parse(&cfg.algo).unwrap_or_else(|e| {
+        log::warn!(target: "symmcomm::coll", "SYMM_ALGO: {e}; using auto");
+        Algo::AUTO
+    });
+    let timeline = if cfg.timeline {
+        let bytes = COLL_MAX_BLOCKS * (1 + TL_EVENTS) * std::mem::size_of::<TlEvent>();
+        Some(DeviceBuffer::zeroed(&p.device, bytes)?)
+    } else {
+        None
     };
     Ok(CollState {
         scratch,
@@ -527,7 +562,8 @@ fn coll_state(p: &Parts) -> Result<CollState> {
         ll_slot: ll_slot as u64,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
-        algo,
+        algo: AlgoCell::new(algo),
+        timeline,
         copy_engine: p.settings.copy_engine.into(),
         checks: Default::default(),
         paths: Default::default(),

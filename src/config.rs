@@ -29,8 +29,13 @@ pub struct Config {
     /// waiting for a peer before it records a timeout and exits.
     pub timeout: Duration,
     /// `SYMM_ALGO`: `auto` (default); `ll` (LL packets wherever they fit);
-    /// `oneshot` or `twoshot` (that all-reduce algorithm, and no LL).
+    /// `oneshot` or `twoshot` (that all-reduce algorithm, and no LL); plus,
+    /// joined with `+` or `,`, the opt-in kernels `push`, `pipe`, `p2p` and
+    /// `classic` (the loops of before). See coll::Algo.
     pub algo: String,
+    /// `SYMM_TIMELINE=1`: synced collective kernels record per-block phase
+    /// times (symmCommGetTimeline; a diagnostic, off by default).
+    pub timeline: bool,
     /// `SYMM_CHECK=1`: every collective also compares (collective, count,
     /// dtype, op, root) across ranks on the device and fails on a mismatch.
     pub check: bool,
@@ -74,6 +79,7 @@ pub fn get() -> &'static Config {
             bootstrap_timeout: secs(param_in_range(&mut w, "BOOTSTRAP_TIMEOUT", 60.0, 0.1, 86_400.0)),
             timeout: secs(param_in_range(&mut w, "TIMEOUT", 120.0, 0.001, 86_400.0)),
             algo: param(&mut w, "ALGO", "auto".to_string()).to_ascii_lowercase(),
+            timeline: param(&mut w, "TIMELINE", 0u32) != 0,
             check: param(&mut w, "CHECK", 0u32) != 0,
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,

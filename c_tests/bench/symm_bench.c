@@ -51,6 +51,7 @@
 
 #define MAX_RANKS 8
 #define MAX_SIZES 256
+#define MAX_ALGOS 8
 #define PROG "symm_bench"
 
 /* Exit codes of a rank process: */
@@ -113,6 +114,10 @@ struct opts {
   int require_gpu;
   double timeout;
   int self_test;
+  /* --algos: algorithms to run side by side (symmCommSetAlgorithm), each a
+   * table of its own; none: the communicator's (SYMM_ALGO). */
+  char algos[MAX_ALGOS][64];
+  int nalgos;
   char cmdline[1536];
 };
 
@@ -178,6 +183,9 @@ static void usage(FILE *f) {
           "      --nccl-lib PATH    the NCCL library to load (default libnccl.so.2)\n"
           "      --timeout S        longest wait for any GPU work or peer (default 300 s)\n"
           "      --require-gpu      exit 77 (CTest's 'skipped') instead of 0 when there is no usable GPU\n"
+          "      --algos A,B,...    run every table once per algorithm, side by side in this process:\n"
+          "                         symmCommSetAlgorithm with each (SYMM_ALGO's tokens joined by '+', e.g.\n"
+          "                         classic,auto,twoshot+push,twoshot+pipe,p2p); NCCL runs with the first only\n"
           "      --self-test        check the data patterns and encoders on the host, then exit\n"
           "  -h, --help             this text\n"
           "\n"
@@ -185,7 +193,9 @@ static void usage(FILE *f) {
           "= algbw * 2(n-1)/n (allreduce), * (n-1)/n (allgather, reducescatter, alltoall; size = the\n"
           "whole gathered/scattered buffer), * 1 (broadcast, reduce, sendrecv). #wrong counts wrong\n"
           "elements over all ranks and must be 0: the exit status is 1 otherwise or on any failure.\n"
-          "NCCL_NVLS_ENABLE is forced to 0 (NVLink multicast is never used).\n");
+          "NCCL_NVLS_ENABLE is forced to 0 (NVLink multicast is never used).\n"
+          "With SYMM_TIMELINE=1 every row is followed by the per-phase summary of rank 0's last synced\n"
+          "collective kernel (symmCommGetTimeline): mean and max over its blocks of the time in each phase.\n");
 }
 
 static void usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -266,6 +276,7 @@ enum {
   OPT_TARGET_MS,
   OPT_GRAPH_REPLAYS,
   OPT_SELF_TEST,
+  OPT_ALGOS,
 };
 
 static void parse_args(int argc, char **argv) {
@@ -302,6 +313,7 @@ static void parse_args(int argc, char **argv) {
       {"target-ms", required_argument, NULL, OPT_TARGET_MS},
       {"graph-replays", required_argument, NULL, OPT_GRAPH_REPLAYS},
       {"self-test", no_argument, NULL, OPT_SELF_TEST},
+      {"algos", required_argument, NULL, OPT_ALGOS},
       {NULL, 0, NULL, 0},
   };
   int ch;
@@ -357,6 +369,19 @@ static void parse_args(int argc, char **argv) {
       case OPT_TARGET_MS: O.target_ms = parse_double(optarg, "--target-ms", 0.01, 1e6); break;
       case OPT_GRAPH_REPLAYS: O.graph_replays = (int)parse_long(optarg, "--graph-replays", 1, 10000); break;
       case OPT_SELF_TEST: O.self_test = 1; break;
+      case OPT_ALGOS: {
+        O.nalgos = 0;
+        for (const char *q = optarg; *q;) {
+          const char *e = strchr(q, ',');
+          size_t len = e ? (size_t)(e - q) : strlen(q);
+          if (len == 0 || len >= sizeof O.algos[0]) usage_error("--algos: bad entry '%.*s'", (int)len, q);
+          if (O.nalgos == MAX_ALGOS) usage_error("--algos: at most %d algorithms", MAX_ALGOS);
+          snprintf(O.algos[O.nalgos++], sizeof O.algos[0], "%.*s", (int)len, q);
+          if (!e) break;
+          q = e + 1;
+        }
+        break;
+      }
       case ':': usage_error("option %s needs a value", argv[optind - 1]);
       default: usage_error("unknown option %s", argv[optind - 1]);
     }
@@ -1178,40 +1203,112 @@ static uint64_t coll_seed(enum coll c) {
   return 0x53594d4d00000000ull ^ ((uint64_t)c << 24) ^ ((uint64_t)O.type->id << 16) ^ ((uint64_t)O.op << 8);
 }
 
+/* ---- per-phase timeline (SYMM_TIMELINE=1) ------------------------------------------------ */
+
+static const char *const phase_names[] = {"start", "copy-in", "sync", "reduce", "gather", "wait", "end"};
+#define NPHASES 7
+#define TL_MAX_EVENTS (128 * 255)
+static char g_timeline[1024];
+
+static int timeline_on(void) {
+  const char *e = getenv("SYMM_TIMELINE");
+  return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* Summarise rank 0's last synced collective kernel into g_timeline: per
+ * phase, the mean and the max over the blocks of the time spent in it. */
+static void capture_timeline(void) {
+  g_timeline[0] = '\0';
+  if (!timeline_on() || W.r[0].t->rank != 0) return;
+  static symmTimelineEvent_t ev[TL_MAX_EVENTS];
+  static double per[128][NPHASES];
+  size_t n = 0;
+  SYMM(&W.r[0], symmCommGetTimeline(W.r[0].t->comm, ev, TL_MAX_EVENTS, &n));
+  if (n > TL_MAX_EVENTS) n = TL_MAX_EVENTS;
+  if (n == 0) {
+    snprintf(g_timeline, sizeof g_timeline, "#   timeline: none (LL packets or send/recv: no synced kernel)\n");
+    return;
+  }
+  memset(per, 0, sizeof per);
+  int blocks = 0;
+  uint64_t t0 = UINT64_MAX, t1 = 0;
+  for (size_t k = 0; k < n; k++) {
+    const symmTimelineEvent_t *e = &ev[k];
+    if (e->block >= 128 || e->phase >= NPHASES) continue;
+    per[e->block][e->phase] += (double)e->duration_ns / 1e3;
+    if ((int)e->block + 1 > blocks) blocks = (int)e->block + 1;
+    if (e->start_ns < t0) t0 = e->start_ns;
+    if (e->start_ns + e->duration_ns > t1) t1 = e->start_ns + e->duration_ns;
+  }
+  size_t w = (size_t)snprintf(g_timeline, sizeof g_timeline, "#   timeline rank 0, %d blocks, %.1f us first to last stamp; "
+                              "us per block, mean/max:", blocks, (double)(t1 - t0) / 1e3);
+  for (int p = 0; p < NPHASES - 1 && w < sizeof g_timeline; p++) {
+    double sum = 0, mx = 0;
+    for (int b = 0; b < blocks; b++) {
+      sum += per[b][p];
+      if (per[b][p] > mx) mx = per[b][p];
+    }
+    if (mx > 0) w += (size_t)snprintf(g_timeline + w, sizeof g_timeline - w, " %s %.1f/%.1f", phase_names[p], sum / blocks, mx);
+  }
+  if (w < sizeof g_timeline) snprintf(g_timeline + w, sizeof g_timeline - w, "\n");
+}
+
+/* Every local communicator runs `algo` (NULL: its SYMM_ALGO) from now on. */
+static void set_algo(const char *algo) {
+  wait_all("switching algorithms");
+  host_barrier("switching algorithms");
+  for (int i = 0; i < W.nlocal; i++) SYMM(&W.r[i], symmCommSetAlgorithm(W.r[i].t->comm, algo));
+  host_barrier("algorithm switched");
+}
+
 static void run_collective(enum coll c, struct totals *all) {
   char err[512];
   struct bd_pattern pat;
   tw_phase("%s: making the data patterns", coll_names[c]);
   if (bd_pattern_make(&pat, O.type, coll_reduces(c), O.op, W.nranks, BD_PERIOD, coll_seed(c), err, sizeof err) != 0)
     die(NULL, "%s", err);
-  if (leader()) print_table_header(c);
-  struct totals t;
-  memset(&t, 0, sizeof t);
-  size_t last_size = 0;
-  for (int s = 0; s < W.nsizes; s++) {
-    struct layout L;
-    if (!make_layout(c, W.sizes[s], O.type->size, W.nranks, &L)) continue;
-    if (L.size == last_size) continue; /* rounding made it the same as the last row */
-    last_size = L.size;
-    struct column oop, ip, nc;
-    run_column(c, IMPL_SYMM, 0, &L, &pat, &oop);
-    run_column(c, IMPL_SYMM, 1, &L, &pat, &ip);
-    if (O.vs_nccl) run_column(c, IMPL_NCCL, O.nccl_inplace, &L, &pat, &nc);
-    if (leader()) print_row(c, &L, &oop, &ip, O.vs_nccl ? &nc : NULL, &t);
+  static struct column nccl_cols[MAX_SIZES];
+  const int nalgos = O.nalgos ? O.nalgos : 1;
+  for (int ai = 0; ai < nalgos; ai++) {
+    const char *algo = O.nalgos ? O.algos[ai] : NULL;
+    if (O.nalgos) set_algo(algo);
+    if (leader()) {
+      print_table_header(c);
+      if (algo) printf("# algorithm: %s (symmCommSetAlgorithm)%s\n", algo, O.vs_nccl && ai > 0 ? "; NCCL columns from the first table" : "");
+    }
+    struct totals t;
+    memset(&t, 0, sizeof t);
+    size_t last_size = 0;
+    for (int s = 0; s < W.nsizes; s++) {
+      struct layout L;
+      if (!make_layout(c, W.sizes[s], O.type->size, W.nranks, &L)) continue;
+      if (L.size == last_size) continue; /* rounding made it the same as the last row */
+      last_size = L.size;
+      struct column oop, ip;
+      run_column(c, IMPL_SYMM, 0, &L, &pat, &oop);
+      capture_timeline();
+      run_column(c, IMPL_SYMM, 1, &L, &pat, &ip);
+      if (O.vs_nccl && ai == 0) run_column(c, IMPL_NCCL, O.nccl_inplace, &L, &pat, &nccl_cols[s]);
+      if (leader()) {
+        print_row(c, &L, &oop, &ip, O.vs_nccl ? &nccl_cols[s] : NULL, &t);
+        if (g_timeline[0]) fputs(g_timeline, stdout);
+      }
+    }
+    if (leader()) {
+      if (t.rows == 0) printf("# (no size fits one %s element per rank)\n", O.type->name);
+      if (c == C_SENDRECV && O.check)
+        printf("# in-place sendrecv (sendbuff == recvbuff) is timed, not checked: it races in any implementation\n");
+      printf("# Avg bus bandwidth    : %g\n", t.busbw_n ? t.busbw_sum / t.busbw_n : 0.0);
+      if (O.vs_nccl && t.nccl_n)
+        printf("# NCCL avg bus bandwidth: %g; geometric mean of nccl/symm time: %.3f\n", t.nccl_busbw_sum / t.nccl_n,
+               exp(t.ratio_log_sum / t.nccl_n));
+      fflush(stdout);
+    }
+    all->rows += t.rows;
+    all->wrong += t.wrong;
+    if (ai == 0) all->nccl_wrong += t.nccl_wrong;
   }
-  if (leader()) {
-    if (t.rows == 0) printf("# (no size fits one %s element per rank)\n", O.type->name);
-    if (c == C_SENDRECV && O.check)
-      printf("# in-place sendrecv (sendbuff == recvbuff) is timed, not checked: it races in any implementation\n");
-    printf("# Avg bus bandwidth    : %g\n", t.busbw_n ? t.busbw_sum / t.busbw_n : 0.0);
-    if (O.vs_nccl && t.nccl_n)
-      printf("# NCCL avg bus bandwidth: %g; geometric mean of nccl/symm time: %.3f\n", t.nccl_busbw_sum / t.nccl_n,
-             exp(t.ratio_log_sum / t.nccl_n));
-    fflush(stdout);
-  }
-  all->rows += t.rows;
-  all->wrong += t.wrong;
-  all->nccl_wrong += t.nccl_wrong;
+  if (O.nalgos) set_algo(NULL);
   bd_pattern_free(&pat);
 }
 

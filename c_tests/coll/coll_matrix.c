@@ -1,5 +1,5 @@
 /*
- * coll_matrix <mp|all> [--nranks=N] [--tiers=SMLQ] [--colls=a,b,...] [--reps=N]
+ * coll_matrix <mp|all> [--nranks=N] [--tiers=SMLQP] [--colls=a,b,...] [--reps=N]
  *
  * Correctness matrix of the collectives over n ranks: every collective x
  * element type x reduction op x root x count x in/out of place x buffer
@@ -43,8 +43,21 @@
  *           by one element. Plus allgather of float64 (n x 2 GiB receive
  *           buffer: byte offsets past 2^32), symmetric and staged, out of
  *           place. The sendbuff-unchanged check is skipped in tier L.
+ *   tier P  (pipelines: the SYMM_ALGO runs of push, pipe and p2p) count
+ *           1 Mi + 7: allreduce and reducescatter of bf16 and float32, sum,
+ *           five placements (out of place: staged aligned, registered
+ *           offset, symmetric aligned; in place: staged offset, symmetric
+ *           aligned) -- with a 1 MiB scratch that is 32+ chunks through 4
+ *           slots; send/recv (ring, pairs, self) of int32, also 3 Mi + 21,
+ *           staged offset and symmetric aligned (the sized kernel's ring
+ *           wraps; symmetric receive buffers take the direct push).
  *   Tier L is dropped (and says so) when a GPU has too little free memory
  *   (counting every rank that shares it).
+ *
+ * Bit-identity: after every all-reduce case the ranks exchange a hash of
+ * their whole output; all must be equal (every rank computes the same
+ * bits, whichever rank reduced which element), else the case fails on the
+ * ranks that differ from rank 0.
  * SYMM_TEST_TIERS=<letters> overrides --tiers (e.g. SYMM_TEST_TIERS=SML
  * for a full run of a registered test); the default is SML.
  *
@@ -94,8 +107,8 @@ enum { AL_ALIGNED = 0, AL_BOTH = 1, AL_SEND = 2 };
 static const char *const align_name[3] = {"aligned", "offset+1elem", "send-offset+1elem"};
 
 #define GUARD 256
-enum { T_S, T_M, T_L, T_Q, NTIERS };
-static const char tier_char[NTIERS] = {'S', 'M', 'L', 'Q'};
+enum { T_S, T_M, T_L, T_Q, T_P, NTIERS };
+static const char tier_char[NTIERS] = {'S', 'M', 'L', 'Q', 'P'};
 
 struct mcase {
   unsigned char coll, dt, op, root, inplace, cls, align, tier;
@@ -204,9 +217,24 @@ static size_t plan_tier_l(struct mcase *out, size_t n, int coll, int dt) {
   return n;
 }
 
-/* Every case, tier by tier (S, Q, M, L). */
+static size_t plan_tier_p(struct mcase *out, size_t n, int coll, int dt) {
+  static const int place[5][3] = {{0, CW_STAGED, AL_ALIGNED}, {0, CW_REGISTERED, AL_BOTH}, {0, CW_SYMMETRIC, AL_ALIGNED},
+                                  {1, CW_STAGED, AL_BOTH},    {1, CW_SYMMETRIC, AL_ALIGNED}};
+  const size_t count = ((size_t)1 << 20) + 7;
+  if ((coll == C_AR || coll == C_RS) && (dt == symmBfloat16 || dt == symmFloat32))
+    for (int v = 0; v < 5; v++) n = add(out, n, mk(coll, dt, symmSum, 0, place[v][0], place[v][1], place[v][2], T_P, count));
+  if (is_p2p(coll) && dt == symmInt32)
+    for (int c = 0; c < 2; c++) {
+      const size_t cnt = c ? 3 * count : count;
+      n = add(out, n, mk(coll, dt, 0, 0, 0, CW_STAGED, AL_BOTH, T_P, cnt));
+      n = add(out, n, mk(coll, dt, 0, 0, 0, CW_SYMMETRIC, AL_ALIGNED, T_P, cnt));
+    }
+  return n;
+}
+
+/* Every case, tier by tier (S, Q, M, L, P). */
 static size_t build_plan(struct mcase *out, const struct opts *o, int nranks) {
-  static const int order[NTIERS] = {T_S, T_Q, T_M, T_L};
+  static const int order[NTIERS] = {T_S, T_Q, T_M, T_L, T_P};
   int roots[3];
   const int nroots = root_set(nranks, roots);
   size_t n = 0;
@@ -220,6 +248,7 @@ static size_t build_plan(struct mcase *out, const struct opts *o, int nranks) {
         if (t == T_Q) n = plan_tier_q(out, n, coll, dt, roots, nroots);
         if (t == T_M) n = plan_tier_m(out, n, coll, dt, roots, nroots);
         if (t == T_L) n = plan_tier_l(out, n, coll, dt);
+        if (t == T_P) n = plan_tier_p(out, n, coll, dt);
       }
     }
   }
@@ -438,6 +467,13 @@ static void send_range(size_t lo, size_t hi, int tid, void *arg) {
 static int g_printed;
 #define MAX_PRINTED 40
 
+/* FNV-1a over bytes (the all-reduce bit-identity check). */
+static uint64_t bytes_hash(const unsigned char *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
 static void describe(const struct mcase *k, char *buf, size_t len) {
   char opbuf[32] = "", rootbuf[16] = "";
   if (is_reduction(k->coll)) snprintf(opbuf, sizeof opbuf, " %s", cw_op_name[k->op]);
@@ -564,11 +600,30 @@ static void run_case(struct tw *w, struct world_bufs *b, const struct mcase *k, 
   }
   for (int i = 0; i < w->nlocal; i++) tw_stream_wait_on(&w->r[i], w->r[i].stream, 180, full);
 
+  /* Bit-identity of all-reduce outputs across ranks: every process takes
+   * part in the exchange of every all-reduce case. */
+  uint64_t out_hash[TW_MAX_RANKS] = {0}, all_hash[TW_MAX_RANKS] = {0};
+  if (k->coll == C_AR) {
+    for (int i = 0; i < w->nlocal; i++) {
+      const struct geom *g = &gs[i];
+      out_hash[i] = bytes_hash((const unsigned char *)b->st[i].out_r.p + g->r_off + g->out_lo * g->es,
+                               (g->out_hi - g->out_lo) * g->es);
+    }
+    tw_exchange_u64(w, out_hash, all_hash);
+  }
+
   for (int i = 0; i < w->nlocal; i++) {
     struct tw_rank *r = &w->r[i];
     const struct geom *g = &gs[i];
     const unsigned char *hr = b->st[i].out_r.p;
     int failed = 0;
+    if (k->coll == C_AR && all_hash[r->rank] != all_hash[0]) {
+      report_failure(r, "%s: all-reduce output not bit-identical across ranks: rank %d's output hashes to 0x%016llx, "
+                     "rank 0's to 0x%016llx (every rank must compute the same bits); seed 0x%llx", full, r->rank,
+                     (unsigned long long)all_hash[r->rank], (unsigned long long)all_hash[0],
+                     (unsigned long long)g_seed);
+      failed = 1;
+    }
     /* Guards: the bytes before an offset window and after its end. */
     const size_t end = g->r_off + g->r_elems * g->es;
     for (size_t j = 0; j < r_window_bytes(g); j++) {
@@ -887,8 +942,8 @@ static void body(struct tw *w, void *ctx) {
       snprintf(roots + strlen(roots), sizeof roots - strlen(roots), "%s%d", k ? "," : "", rs[k]);
     tw_log(w, "plan over %d ranks (roots %s): tier S (counts 0,1,7,1023,65539; full product): %zu cases; tier Q "
            "(quick subset): %zu cases; tier M (4 Mi; sum/max, 3 variants; p2p also 4 Mi+4099): %zu cases; tier L "
-           "(256 Mi subset): %zu cases; each case x %d reps",
-           w->nranks, roots, per_tier[T_S], per_tier[T_Q], per_tier[T_M], per_tier[T_L], o.reps);
+           "(256 Mi subset): %zu cases; tier P (1 Mi+7 pipelines): %zu cases; each case x %d reps",
+           w->nranks, roots, per_tier[T_S], per_tier[T_Q], per_tier[T_M], per_tier[T_L], per_tier[T_P], o.reps);
     tw_log(w, "device memory per GPU: %.2f GiB of test buffers (staged %.2f+%.2f, registered %.2f+%.2f, symmetric "
            "%.2f+%.2f GiB recv+send); %.1f GiB free", device_bytes(&z) / 1073741824.0, z.r[0] / 1073741824.0,
            z.s[0] / 1073741824.0, z.r[1] / 1073741824.0, z.s[1] / 1073741824.0, z.r[2] / 1073741824.0,
@@ -1003,11 +1058,11 @@ static int parse_list(const char *arg, const char *const *names, int count, int 
   return 0;
 }
 
-/* --tiers=: a set of tier letters (S, M, L, Q). */
+/* --tiers=: a set of tier letters (S, M, L, Q, P). */
 static int parse_tiers(const char *arg, int *tiers) {
   for (int t = 0; t < NTIERS; t++) tiers[t] = strchr(arg, tier_char[t]) != NULL;
   for (const char *p = arg; *p; p++)
-    if (!strchr("SMLQ", *p)) return -1;
+    if (!strchr("SMLQP", *p)) return -1;
   return 0;
 }
 
@@ -1017,7 +1072,7 @@ static int option(const char *arg, void *ctx) {
   (void)ctx;
   if (strncmp(arg, "--tiers=", 8) == 0) {
     if (!g_env_tiers)
-      REQUIRE(parse_tiers(arg + 8, g_opts.tiers) == 0, "--tiers: \"%s\" is not a set of S, M, L, Q", arg + 8);
+      REQUIRE(parse_tiers(arg + 8, g_opts.tiers) == 0, "--tiers: \"%s\" is not a set of S, M, L, Q, P", arg + 8);
   } else if (strncmp(arg, "--colls=", 8) == 0) {
     REQUIRE(parse_list(arg + 8, coll_name, NCOLL, g_opts.colls) == 0,
             "--colls: unknown collective in \"%s\" (allreduce, allgather, reducescatter, broadcast, reduce, "
@@ -1039,12 +1094,12 @@ int main(int argc, char **argv) {
   g_opts.exact = ex && ex[0] && strcmp(ex, "0") != 0;
   const char *et = getenv("SYMM_TEST_TIERS");
   if (et && et[0]) {
-    REQUIRE(parse_tiers(et, g_opts.tiers) == 0, "SYMM_TEST_TIERS: \"%s\" is not a set of S, M, L, Q", et);
+    REQUIRE(parse_tiers(et, g_opts.tiers) == 0, "SYMM_TEST_TIERS: \"%s\" is not a set of S, M, L, Q, P", et);
     g_env_tiers = et;
   }
   g_seed = cw_pick_seed();
   static const struct tw_spec spec = {.name = "coll_matrix", .modes = "mp,all",
-      .usage = "[--tiers=SMLQ] [--colls=a,b] [--reps=N]", .limit_s = 1500, .user_bytes = sizeof(struct mstats),
+      .usage = "[--tiers=SMLQP] [--colls=a,b] [--reps=N]", .limit_s = 1500, .user_bytes = sizeof(struct mstats),
       .option = option, .process_init = cw_process_init, .body = body, .report = report};
   return tw_main(&spec, argc, argv);
 }

@@ -17,12 +17,18 @@
  *  count  (SYMM_CHECK=1; the driver sets it): rank 1 passes a different
  *         count to all-reduce (plain buffers, and symmetric ones); also a
  *         different collective, dtype, op and broadcast root.
- *  token  (SYMM_CHECK=0, SYMM_ALGO=oneshot; the driver sets them): the layout
+ *  token  (SYMM_CHECK=0, SYMM_ALGO=oneshot unless set: it must turn LL
+ *         off; the driver sets them): the layout
  *         token check that is always on where peers read each other's
  *         buffers (LL packets, used for small messages, never do). Rank 0 passes a symmetric sendbuff, rank 1 a plain one
  *         (all-reduce, all-gather, reduce-scatter, reduce, all-to-all), a
  *         registered vs a plain one, and symmetric buffers at different
- *         offsets.
+ *         offsets. With SYMM_ALGO=twoshot+push...: also rank 0 with a
+ *         symmetric recvbuff (push kernel) against rank 1 with a plain one
+ *         (another two-shot kernel): the protocol check must catch it.
+ *
+ * Some cases pass a symmetric recvbuff (the push kernel's condition); the
+ * rest a plain one. Either must stay all poison.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +50,9 @@ struct side {
   int kind;
   size_t count;
   int dt, op, root;
-  int cls;      /* buffer class of sendbuff (recvbuff is always plain) */
+  int cls;      /* buffer class of sendbuff */
   size_t off;   /* byte offset of sendbuff in its buffer */
+  int rsym;     /* recvbuff symmetric (1) or plain (0) */
 };
 
 struct scase {
@@ -74,9 +81,10 @@ static void run_case(struct tw *w, const struct scase *sc) {
   if (tw_init_comms(w) != symmSuccess) tu_exit_now();
   /* Buffers of every class (collective calls on every rank), the send data,
    * and a poisoned plain receive buffer. */
-  struct cw_buf bufs[CW_NCLASSES], recv;
+  struct cw_buf bufs[CW_NCLASSES], recv, rsym;
   for (int c = 0; c < CW_NCLASSES; c++) cw_buf_alloc(w, &bufs[c], (enum cw_class)c, BYTES);
   cw_buf_alloc(w, &recv, CW_STAGED, BYTES);
+  cw_buf_alloc(w, &rsym, CW_SYMMETRIC, BYTES);
   static uint32_t host[BYTES / 4];
   for (size_t j = 0; j < BYTES / 4; j++) host[j] = (uint32_t)j * 2654435761u;
   for (int i = 0; i < w->nlocal; i++) {
@@ -84,6 +92,7 @@ static void run_case(struct tw *w, const struct scase *sc) {
     for (int c = 0; c < CW_NCLASSES; c++)
       TW_CU(cw_cu.cuMemcpyHtoDAsync(bufs[c].p[i], host, BYTES, w->r[i].stream));
     TW_CU(cw_cu.cuMemsetD8Async(recv.p[i], 0xa5, BYTES, w->r[i].stream));
+    TW_CU(cw_cu.cuMemsetD8Async(rsym.p[i], 0xa5, BYTES, w->r[i].stream));
   }
   tw_sync_all(w, 60, "set-up");
 
@@ -91,7 +100,8 @@ static void run_case(struct tw *w, const struct scase *sc) {
     struct tw_rank *r = &w->r[i];
     const struct side *sd = &sc->s[r->rank == 0 ? 0 : 1];
     const void *send = (const void *)(uintptr_t)(bufs[sd->cls].p[i] + sd->off);
-    symmResult_t rc = issue(sd, send, (void *)(uintptr_t)recv.p[i], r);
+    const CUdeviceptr rp = sd->rsym ? rsym.p[i] : recv.p[i];
+    symmResult_t rc = issue(sd, send, (void *)(uintptr_t)rp, r);
     TW_REQUIRE(r, rc == symmSuccess, "%s: the call itself returned %s (%s); mismatches are found on the device",
                sc->name, tu_result_name(rc), symmGetLastError(r->comm));
   }
@@ -155,7 +165,8 @@ static void run_case(struct tw *w, const struct scase *sc) {
       tu_exit_now(); /* cannot safely free or destroy under a running kernel */
     }
     static unsigned char out[BYTES];
-    TW_CU(tu_cu.cuMemcpyDtoH(out, recv.p[i], BYTES));
+    const struct side *sd = &sc->s[r->rank == 0 ? 0 : 1];
+    TW_CU(tu_cu.cuMemcpyDtoH(out, sd->rsym ? rsym.p[i] : recv.p[i], BYTES));
     size_t changed = 0, first = 0;
     for (size_t j = 0; j < BYTES; j++)
       if (out[j] != 0xa5 && changed++ == 0) first = j;
@@ -175,49 +186,60 @@ static void run_case(struct tw *w, const struct scase *sc) {
     TW_CU(tu_cu.cuMemFree(bufs[CW_REGISTERED].p[i]));
     TW_CU(tu_cu.cuMemFree(recv.p[i]));
   }
+  (void)rsym; /* symmetric: released with the communicator */
   if (failed) g_failed++;
 }
 
 static void body(struct tw *w, void *ctx) {
   (void)ctx;
-  const int I32 = symmInt32, F32 = symmFloat32;
+  const int I32 = symmInt32, F32 = symmFloat32; /* push and pipe exist for 16/32-bit floats only */
   /* rank 0 side, rank 1 side: {kind, count, dt, op, root, class, offset} */
   const struct scase count_cases[] = {
       {"all-reduce count 1024 vs 2048 (plain)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0}, {K_AR, 2048, I32, symmSum, 0, CW_STAGED, 0}}, "mismatch"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}, {K_AR, 2048, I32, symmSum, 0, CW_STAGED, 0, 0}}, "mismatch"},
       {"all-reduce count 1024 vs 2048 (symmetric)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_AR, 2048, I32, symmSum, 0, CW_SYMMETRIC, 0}}, "mismatch"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_AR, 2048, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}}, "mismatch"},
       {"all-reduce count 1024 vs 1025 (registered)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_REGISTERED, 0}, {K_AR, 1025, I32, symmSum, 0, CW_REGISTERED, 0}},
+       {{K_AR, 1024, I32, symmSum, 0, CW_REGISTERED, 0, 0}, {K_AR, 1025, I32, symmSum, 0, CW_REGISTERED, 0, 0}},
        "mismatch"},
       {"all-reduce vs all-gather (plain)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0}, {K_AG, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "mismatch"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}, {K_AG, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "mismatch"},
       {"all-reduce int32 vs float32 (plain)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0}, {K_AR, 1024, F32, symmSum, 0, CW_STAGED, 0}}, "mismatch"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}, {K_AR, 1024, F32, symmSum, 0, CW_STAGED, 0, 0}}, "mismatch"},
       {"all-reduce sum vs max (symmetric)",
-       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_AR, 1024, I32, symmMax, 0, CW_SYMMETRIC, 0}}, "mismatch"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_AR, 1024, I32, symmMax, 0, CW_SYMMETRIC, 0, 0}}, "mismatch"},
       {"broadcast root 0 vs root 1 (plain)",
-       {{K_BC, 1024, I32, symmSum, 0, CW_STAGED, 0}, {K_BC, 1024, I32, symmSum, 1, CW_STAGED, 0}}, "mismatch"},
+       {{K_BC, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}, {K_BC, 1024, I32, symmSum, 1, CW_STAGED, 0, 0}}, "mismatch"},
+      {"all-reduce count 1024 vs 2048 (symmetric send and recv)",
+       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 1}, {K_AR, 2048, I32, symmSum, 0, CW_SYMMETRIC, 0, 1}},
+       "mismatch"},
   };
   const struct scase token_cases[] = {
       {"all-reduce: symmetric vs plain sendbuff",
-       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "disagree"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "disagree"},
       {"all-gather: symmetric vs plain sendbuff",
-       {{K_AG, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_AG, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "disagree"},
+       {{K_AG, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_AG, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "disagree"},
       {"reduce-scatter: symmetric vs plain sendbuff",
-       {{K_RS, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_RS, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "disagree"},
+       {{K_RS, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_RS, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "disagree"},
       {"reduce (root 0): symmetric vs plain sendbuff",
-       {{K_RD, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_RD, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "disagree"},
+       {{K_RD, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_RD, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "disagree"},
       {"all-to-all: symmetric vs plain sendbuff",
-       {{K_A2A, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_A2A, 1024, I32, symmSum, 0, CW_STAGED, 0}}, "disagree"},
+       {{K_A2A, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_A2A, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}}, "disagree"},
       {"all-reduce: plain vs registered sendbuff",
-       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0}, {K_AR, 1024, I32, symmSum, 0, CW_REGISTERED, 0}}, "disagree"},
+       {{K_AR, 1024, I32, symmSum, 0, CW_STAGED, 0, 0}, {K_AR, 1024, I32, symmSum, 0, CW_REGISTERED, 0, 0}}, "disagree"},
       {"all-reduce: symmetric sendbuff at offset 0 vs 256",
-       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0}, {K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 256}},
+       {{K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 0, 0}, {K_AR, 1024, I32, symmSum, 0, CW_SYMMETRIC, 256, 0}},
+       "disagree"},
+      {"all-reduce float32: symmetric send+recv (push) vs symmetric send, plain recv",
+       {{K_AR, 1024, F32, symmSum, 0, CW_SYMMETRIC, 0, 1}, {K_AR, 1024, F32, symmSum, 0, CW_SYMMETRIC, 0, 0}},
        "disagree"},
   };
   const struct scase *cases = g_token ? token_cases : count_cases;
   size_t n = g_token ? sizeof token_cases / sizeof token_cases[0] : sizeof count_cases / sizeof count_cases[0];
+  /* The push case differs in kernel only where push is on and two-shot forced. */
+  const char *algo = getenv("SYMM_ALGO");
+  const int push = algo && strstr(algo, "push") && strstr(algo, "twoshot");
+  if (g_token && !push) n--;
   for (size_t i = 0; i < n; i++) run_case(w, &cases[i]);
   if (w->lead)
     tw_log(w, "summary: %d %s-mismatch cases, %d failed", g_cases, g_token ? "token" : "SYMM_CHECK", g_failed);
@@ -243,7 +265,7 @@ int main(int argc, char **argv) {
     printf("coll_mismatch %s: setting SYMM_CHECK=%s (was %s)\n", what, want, have ? have : "unset");
     setenv("SYMM_CHECK", want, 1);
   }
-  if (g_token) setenv("SYMM_ALGO", "oneshot", 1);
+  if (g_token) setenv("SYMM_ALGO", "oneshot", 0);
   setenv("SYMM_TIMEOUT", "20", 0);
   static struct tw_spec spec = {.modes = "mp,all", .usage = "<count|token>", .limit_s = 270, .option = option,
       .process_init = cw_process_init, .body = body};

@@ -1,9 +1,17 @@
 //! symmAllReduce: LL packets for small messages; above, one-shot (every
-//! rank reduces everything) or two-shot (reduce-scatter into scratch, then
-//! all-gather), chosen by size and rank count unless SYMM_ALGO says otherwise.
+//! rank reduces everything) or two-shot (reduce-scatter, then all-gather),
+//! chosen by size and rank count unless SYMM_ALGO says otherwise. Two-shot
+//! has two opt-in kernels with fewer cross-rank syncs (SYMM_ALGO tokens):
+//! `push` where send and recv are both symmetric/registered (a sync at
+//! entry and exit only), `pipe` otherwise (per-chunk flags through scratch
+//! slots instead of two whole-grid syncs per round), for 16- and 32-bit
+//! floats.
 
-use super::{reduce_kernel, Algo, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, TWO_SHOT_MIN_BYTES};
-use crate::cuda::abi::MODE_TWO_SHOT;
+use super::{
+    even_rounds, opt_in_dtype, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, FAMILY_ALLREDUCE_PIPE,
+    FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
+};
+use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
 
 pub fn all_reduce(call: &Call) -> Result<()> {
@@ -12,20 +20,44 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     if call.use_ll(bytes) {
         return call.launch_ll(reduce_kernel(FAMILY_ALLREDUCE_LL, call.dtype), bytes);
     }
+    let algo = call.algo;
     let two_shot = n > 1
-        && match call.comm.coll.algo {
-            Algo::Auto | Algo::Ll => n > 2 && bytes > TWO_SHOT_MIN_BYTES,
-            Algo::OneShot => false,
-            Algo::TwoShot => true,
+        && match algo.base {
+            Base::Auto | Base::Ll => n > 2 && bytes > TWO_SHOT_MIN_BYTES,
+            Base::OneShot => false,
+            Base::TwoShot => true,
         };
     let mut a = call.args();
-    // In place, a rank would overwrite its input while peers still read it.
     let in_place = call.send == call.recv;
+    // The opt-in kernels exist for 16- and 32-bit floats (opt_in_dtype).
+    let opt_in = opt_in_dtype(call.dtype);
+    if two_shot && algo.push && opt_in {
+        // Safe in place too: rank j reads and writes element i of every
+        // rank only in slice j (kernels/allreduce_push.cu).
+        let mut p = call.args();
+        if call.direct(&mut p) && call.direct_output(&mut p) {
+            p.mode |= MODE_TWO_SHOT | MODE_PUSH | MODE_END_SYNC;
+            let grid = call.grid(bytes);
+            return call.launch(reduce_kernel(FAMILY_ALLREDUCE_PUSH, call.dtype), grid, &mut p);
+        }
+    }
+    if two_shot && algo.pipe && opt_in {
+        // Scratch halves in0, in1 hold the input slots, out0, out1 the output slots.
+        let slot_elems = (2 * call.comm.coll.half / PIPE_SLOTS) / 16 * 16 / call.elem_size();
+        if in_place || !call.direct(&mut a) {
+            a.mode |= MODE_STAGED;
+        }
+        a.mode |= MODE_TWO_SHOT | MODE_PIPE;
+        a.chunk = even_rounds(call.count, slot_elems, call.vec_elems());
+        let grid = call.grid(bytes.min(a.chunk * call.elem_size()));
+        return call.launch(reduce_kernel(FAMILY_ALLREDUCE_PIPE, call.dtype), grid, &mut a);
+    }
+    // In place, a rank would overwrite its input while peers still read it.
     if in_place || !call.direct(&mut a) {
         call.staged(&mut a, call.scratch_elems(1))?;
     } else if two_shot {
         // The reduced slices go through scratch, in rounds.
-        a.chunk = super::even_rounds(call.count, call.scratch_elems(1), call.vec_elems());
+        a.chunk = even_rounds(call.count, call.scratch_elems(1), call.vec_elems());
     }
     if two_shot {
         a.mode |= MODE_TWO_SHOT;

@@ -22,6 +22,7 @@ pub mod copy_engine;
 pub mod p2p;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod timeline;
 
 use std::ffi::{c_void, CStr};
 
@@ -64,9 +65,9 @@ impl CollId {
     }
 }
 
-/// `SYMM_ALGO`.
+/// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algo {
+pub enum Base {
     /// LL packets for small messages, then by size and rank count.
     Auto,
     /// LL packets wherever the message fits the LL slots.
@@ -75,6 +76,112 @@ pub enum Algo {
     OneShot,
     /// All-reduce two-shot, no LL anywhere.
     TwoShot,
+}
+
+/// `SYMM_ALGO` (or symmCommSetAlgorithm): a base choice plus opt-in
+/// kernels, written as tokens joined by `+` or `,` (e.g. `twoshot+push`).
+/// Every rank of a communicator must choose the same; the kernels compare
+/// the protocol at their first sync and fail on a mismatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Algo {
+    pub base: Base,
+    /// `push`: two-shot all-reduce with symmetric/registered send and recv
+    /// reduces its slice from the peers' inputs and stores it into every
+    /// rank's output, with a sync at entry and exit only
+    /// (kernels/allreduce_push.cu).
+    pub push: bool,
+    /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
+    /// and the staged reduce-scatter go through scratch slots with
+    /// per-chunk flags instead of whole-grid syncs (kernels/pipe.cuh).
+    pub pipe: bool,
+    /// `p2p`: send/recv by the sized kernel: blocks by the bytes, warp
+    /// groups with their own flags, direct push into a receive buffer in
+    /// the symmetric heap (kernels/sendrecv.cu).
+    pub p2p: bool,
+    /// `classic`: the copy and reduction loops of before (rank-order loads,
+    /// shallow copies of small ranges), for A/B measurements.
+    pub classic: bool,
+}
+
+impl Algo {
+    pub const AUTO: Algo = Algo { base: Base::Auto, push: false, pipe: false, p2p: false, classic: false };
+
+    /// Parse tokens joined by `+` or `,`; case does not matter.
+    pub fn parse(s: &str) -> std::result::Result<Algo, String> {
+        let mut a = Algo::AUTO;
+        let mut bases = 0;
+        for tok in s.split(['+', ',']).map(|t| t.trim().to_ascii_lowercase()) {
+            match tok.as_str() {
+                "" => {}
+                "auto" => bases += 1,
+                "ll" => (a.base, bases) = (Base::Ll, bases + 1),
+                "oneshot" | "one_shot" | "one-shot" => (a.base, bases) = (Base::OneShot, bases + 1),
+                "twoshot" | "two_shot" | "two-shot" => (a.base, bases) = (Base::TwoShot, bases + 1),
+                "push" => a.push = true,
+                "pipe" => a.pipe = true,
+                "p2p" => a.p2p = true,
+                "classic" => a.classic = true,
+                other => {
+                    return Err(format!(
+                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, classic, \
+                         joined with '+')"
+                    ))
+                }
+            }
+        }
+        if bases > 1 {
+            return Err(format!("\"{s}\" names more than one of auto, ll, oneshot, twoshot"));
+        }
+        Ok(a)
+    }
+
+    fn to_bits(self) -> u32 {
+        let base = match self.base {
+            Base::Auto => 0,
+            Base::Ll => 1,
+            Base::OneShot => 2,
+            Base::TwoShot => 3,
+        };
+        base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
+    }
+
+    fn from_bits(b: u32) -> Algo {
+        let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
+        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, classic: b & 32 != 0 }
+    }
+}
+
+impl std::fmt::Display for Algo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = vec![match self.base {
+            Base::Auto => "auto",
+            Base::Ll => "ll",
+            Base::OneShot => "oneshot",
+            Base::TwoShot => "twoshot",
+        }];
+        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, "p2p"), (self.classic, "classic")] {
+            if on {
+                parts.push(name);
+            }
+        }
+        f.write_str(&parts.join("+"))
+    }
+}
+
+/// A communicator's algorithm choice, replaceable at run time by the
+/// test/benchmark setter (symmCommSetAlgorithm).
+pub struct AlgoCell(std::sync::atomic::AtomicU32);
+
+impl AlgoCell {
+    pub fn new(a: Algo) -> AlgoCell {
+        AlgoCell(std::sync::atomic::AtomicU32::new(a.to_bits()))
+    }
+    pub fn get(&self) -> Algo {
+        Algo::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+    pub fn set(&self, a: Algo) {
+        self.0.store(a.to_bits(), std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Data bytes one LL slot holds (one rank's contribution to one call).
@@ -115,6 +222,10 @@ pub struct Call<'a> {
     pub stream: CUstream,
     /// The symmetric or registered buffer holding the input, if any.
     pub send_buf: Option<BufferEntry>,
+    /// ... and the one holding the output.
+    pub recv_buf: Option<BufferEntry>,
+    /// The communicator's algorithm choice for this call.
+    pub algo: Algo,
 }
 
 impl Call<'_> {
@@ -138,7 +249,26 @@ impl Call<'_> {
         if c.coll.check {
             a.mode |= abi::MODE_CHECK;
         }
+        if self.algo.classic {
+            a.mode |= abi::MODE_CLASSIC;
+        }
         a
+    }
+
+    /// Let peers write this call's output where it is: every rank's copy of
+    /// the recv buffer in `a.scratch` (the push kernel reads them there),
+    /// and a token naming both buffers. Only when the input is direct
+    /// ([`Call::direct`] first) and the output lies in a symmetric or
+    /// registered buffer too.
+    pub fn direct_output(&self, a: &mut CollArgs) -> bool {
+        let (Some(s), Some(r)) = (&self.send_buf, &self.recv_buf) else { return false };
+        let (soff, roff) = (self.send - s.start, self.recv - r.start);
+        for k in 0..self.comm.nranks {
+            a.scratch[k] = r.peers[k] + roff;
+        }
+        let h = fnv(&[s.id, soff, r.id, roff, 0x5055_5348]);
+        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+        true
     }
 
     /// Let peers read the input where it is: every rank's copy, plus the
@@ -196,10 +326,10 @@ impl Call<'_> {
     /// between ranks (such as the buffers' kind).
     pub fn use_ll(&self, bytes: u64) -> bool {
         let c = self.comm;
-        let limit = match c.coll.algo {
-            Algo::Auto => LL_AUTO_BYTES / (c.nranks as u64 - 1).max(1),
-            Algo::Ll => LL_MAX_BYTES,
-            Algo::OneShot | Algo::TwoShot => 0,
+        let limit = match c.coll.algo.get().base {
+            Base::Auto => LL_AUTO_BYTES / (c.nranks as u64 - 1).max(1),
+            Base::Ll => LL_MAX_BYTES,
+            Base::OneShot | Base::TwoShot => 0,
         };
         c.nranks > 1 && !c.coll.check && bytes <= limit.min(LL_MAX_BYTES)
     }
@@ -325,7 +455,10 @@ pub struct CollState {
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
-    pub algo: Algo,
+    pub algo: AlgoCell,
+    /// SYMM_TIMELINE=1: the kernels' per-block phase events
+    /// (COLL_MAX_BLOCKS x (1 + TL_EVENTS) `TlEvent`s).
+    pub timeline: Option<crate::cuda::buffer::DeviceBuffer>,
     /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
     pub copy_engine: std::sync::atomic::AtomicBool,
     pub checks: CheckCache,
@@ -444,9 +577,13 @@ impl Request {
         let send_buf = if send_bytes > 0 { check_buffer(comm, self.send, send_bytes, "sendbuff")? } else { None };
         // In place the output is the input, already checked.
         let same = send_bytes == recv_bytes && self.send == self.recv as *const c_void;
-        if recv_bytes > 0 && !same {
-            check_buffer(comm, self.recv, recv_bytes, "recvbuff")?;
-        }
+        let recv_buf = if recv_bytes == 0 {
+            None
+        } else if same {
+            send_buf
+        } else {
+            check_buffer(comm, self.recv, recv_bytes, "recvbuff")?
+        };
         Ok(Some(Call {
             comm,
             coll: self.coll,
@@ -458,6 +595,8 @@ impl Request {
             recv: self.recv as u64,
             stream,
             send_buf,
+            recv_buf,
+            algo: comm.coll.algo.get(),
         }))
     }
 }
@@ -539,7 +678,16 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 5] = names!("allreduce", "reduce_scatter", "reduce", "allreduce_ll", "reduce_scatter_ll");
+    static NAMES: [[&str; 12]; 8] = names!(
+        "allreduce",
+        "reduce_scatter",
+        "reduce",
+        "allreduce_ll",
+        "reduce_scatter_ll",
+        "allreduce_push",
+        "allreduce_pipe",
+        "reduce_scatter_pipe"
+    );
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
 }
@@ -549,6 +697,16 @@ pub(crate) const FAMILY_REDUCE_SCATTER: usize = 1;
 pub(crate) const FAMILY_REDUCE: usize = 2;
 pub(crate) const FAMILY_ALLREDUCE_LL: usize = 3;
 pub(crate) const FAMILY_REDUCE_SCATTER_LL: usize = 4;
+pub(crate) const FAMILY_ALLREDUCE_PUSH: usize = 5;
+pub(crate) const FAMILY_ALLREDUCE_PIPE: usize = 6;
+pub(crate) const FAMILY_REDUCE_SCATTER_PIPE: usize = 7;
+
+/// Element types the opt-in push and pipelined kernels are built for
+/// (kernels/pipe.cuh, SYMM_FOR_EACH_OPT_IN_TYPE); other types run the
+/// default kernels whatever SYMM_ALGO says.
+pub(crate) fn opt_in_dtype(dtype: symmDataType_t) -> bool {
+    matches!(dtype, symmDataType_t::symmFloat16 | symmDataType_t::symmFloat32 | symmDataType_t::symmBfloat16)
+}
 
 #[cfg(test)]
 mod tests {
@@ -561,6 +719,32 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER, symmDataType_t::symmInt8), c"symm_reduce_scatter_i8");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL, symmDataType_t::symmFloat64), c"symm_allreduce_ll_f64");
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_LL, symmDataType_t::symmUint32), c"symm_reduce_scatter_ll_u32");
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_PUSH, symmDataType_t::symmFloat16), c"symm_allreduce_push_f16");
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_PIPE, symmDataType_t::symmBfloat16), c"symm_allreduce_pipe_bf16");
+        assert!(opt_in_dtype(symmDataType_t::symmFloat32) && !opt_in_dtype(symmDataType_t::symmInt32));
+        assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
+    }
+
+    #[test]
+    fn algo_tokens() {
+        assert_eq!(Algo::parse("").unwrap(), Algo::AUTO);
+        assert_eq!(Algo::parse("auto").unwrap(), Algo::AUTO);
+        let a = Algo::parse("TwoShot+push, pipe+p2p").unwrap();
+        assert_eq!(a.base, Base::TwoShot);
+        assert!(a.push && a.pipe && a.p2p && !a.classic);
+        assert_eq!(a.to_string(), "twoshot+push+pipe+p2p");
+        let c = Algo::parse("classic").unwrap();
+        assert!(c.classic && c.base == Base::Auto && !c.push);
+        assert!(Algo::parse("oneshot+twoshot").is_err(), "two base choices");
+        assert!(Algo::parse("fast").unwrap_err().contains("fast"));
+        for bits in 0..64 {
+            let a = Algo::from_bits(bits);
+            assert_eq!(Algo::from_bits(a.to_bits()), a);
+            assert_eq!(Algo::parse(&a.to_string()).unwrap(), a, "{a} round-trips through its name");
+        }
+        let cell = AlgoCell::new(Algo::AUTO);
+        cell.set(a);
+        assert_eq!(cell.get(), a);
     }
 
     #[test]

@@ -3,13 +3,21 @@
 //! communicator's sends and receives on one stream are launched together
 //! at symmGroupEnd, so exchanges in both directions (and rings) progress at
 //! once instead of deadlocking.
+//!
+//! Two kernels: the fixed one (16 blocks per operation, the default) and,
+//! with SYMM_ALGO=p2p, the sized one: blocks per operation by its bytes,
+//! warp groups with per-chunk flags, and a direct push into a receive
+//! buffer that lies in the symmetric heap.
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys::CUstream;
 
 use crate::comm::Comm;
-use crate::cuda::abi::{OpId, P2POp, P2PArgs, COLL_THREADS, P2P_BLOCKS, P2P_MAX_OPS};
+use crate::cuda::abi::{
+    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_GROUP, P2P_MAX_OPS,
+    P2P_NO_DIRECT, P2P_RING,
+};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, RawDataType};
@@ -45,10 +53,52 @@ pub fn request(
     if buf.is_null() {
         bail!(symmInvalidArgument, "{name} is NULL with count {count}");
     }
-    if comm.mem.find(buf as u64, bytes as u64).is_none() {
+    let found = comm.mem.find(buf as u64, bytes as u64);
+    if found.is_none() {
         launch::check_device_buffer(&comm.device, buf, bytes, name)?;
     }
-    Ok(Some(P2POp { buf: buf as u64, bytes: bytes as u64, peer: peer as u32, is_send: is_send as u32 }))
+    // A receive buffer in this rank's symmetric heap slot (symmMemAlloc, or
+    // a registration of such memory) is mapped at the same offset in every
+    // peer's view of this rank's slot: the sized kernel's sender may store
+    // into it directly.
+    let slot = comm.mem.space.slot(comm.rank);
+    let heap_offset = match found {
+        Some(_) if !is_send && (buf as u64) >= slot && (buf as u64) - slot < comm.mem.space.stride as u64 => {
+            buf as u64 - slot
+        }
+        _ => P2P_NO_DIRECT,
+    };
+    Ok(Some(P2POp { buf: buf as u64, bytes: bytes as u64, peer: peer as u32, is_send: is_send as u32, heap_offset, ..Default::default() }))
+}
+
+/// Blocks the sized kernel gives one operation when the launch has room:
+/// one per 512 KiB, at most 16 (16 blocks x 4 warp groups share a 256-chunk
+/// ring with 4 chunks of slack each). A receive the sender will push into
+/// directly only waits for the data: one block.
+pub(crate) fn sized_blocks(op: &P2POp) -> u32 {
+    if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= P2P_DIRECT_MIN {
+        return 1;
+    }
+    op.bytes.div_ceil(512 << 10).clamp(1, 16) as u32
+}
+
+/// Blocks of every operation of one sized launch, scaled down (each keeps
+/// at least one) so that the grid fits `max_grid`, which every block must
+/// (they wait on each other across ranks while resident). Nothing pairs
+/// blocks across ranks in the sized kernel, so each rank may choose alone.
+pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
+    let total: u64 = want.iter().map(|&b| b as u64).sum();
+    if total <= max_grid as u64 {
+        return want.to_vec();
+    }
+    let mut out: Vec<u32> = want.iter().map(|&b| ((b as u64 * max_grid as u64) / total).max(1) as u32).collect();
+    while out.iter().sum::<u32>() > max_grid {
+        match out.iter_mut().filter(|b| **b > 1).max_by_key(|b| **b) {
+            Some(b) => *b -= 1,
+            None => break, // more operations than blocks: one each
+        }
+    }
+    out
 }
 
 /// Launch `ops` (in call order) on `stream`. Each launch holds at most one
@@ -67,15 +117,62 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
     }
     let dev = &comm.device;
     let _cur = dev.make_current()?;
-    let f = dev.module().function(c"symm_sendrecv")?;
-    for round in rounds {
+    let algo = comm.coll.algo.get();
+    let f = dev.module().function(if algo.p2p { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
+    const _: () = assert!(COLL_THREADS % P2P_GROUP == 0 && COLL_THREADS / P2P_GROUP <= 15);
+    debug_assert_eq!(2 * comm.coll.p2p_slot_bytes, P2P_RING * P2P_CHUNK, "a channel's slots are the sized kernel's ring");
+    for mut round in rounds {
         debug_assert!(round.len() <= P2P_MAX_OPS);
+        let blocks = if algo.p2p {
+            fit_blocks(&round.iter().map(sized_blocks).collect::<Vec<_>>(), comm.coll.max_grid)
+        } else {
+            vec![P2P_BLOCKS; round.len()]
+        };
+        let mut first = 0;
+        for (op, b) in round.iter_mut().zip(&blocks) {
+            op.first_block = first;
+            op.blocks = *b;
+            first += b;
+        }
         let mut a: P2PArgs = comm.p2p_template(OpId::Collective);
         a.nops = round.len() as u32;
         a.ops[..round.len()].copy_from_slice(&round);
-        let grid = round.len() as u32 * P2P_BLOCKS;
+        if algo.classic {
+            a.mode |= MODE_CLASSIC;
+        }
+        let grid = first;
         let mut params = [(&mut a as *mut P2PArgs).cast::<c_void>()];
         launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(bytes: u64, is_send: bool, heap_offset: u64) -> P2POp {
+        P2POp { bytes, is_send: is_send as u32, heap_offset, ..Default::default() }
+    }
+
+    #[test]
+    fn sized_blocks_follow_the_bytes() {
+        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT)), 1);
+        assert_eq!(sized_blocks(&op(512 << 10, true, P2P_NO_DIRECT)), 1);
+        assert_eq!(sized_blocks(&op((512 << 10) + 1, false, P2P_NO_DIRECT)), 2);
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT)), 16);
+        // A receive pushed into directly waits with one block; a small one
+        // (below the direct size) still copies out of the ring.
+        assert_eq!(sized_blocks(&op(1 << 30, false, 4096)), 1);
+        assert_eq!(sized_blocks(&op(4 << 20, true, 4096)), 8, "only receives know the direct offset");
+        assert_eq!(sized_blocks(&op(64 << 10, false, 4096)), 1);
+    }
+
+    #[test]
+    fn blocks_fit_the_grid() {
+        assert_eq!(fit_blocks(&[16, 16], 132), vec![16, 16]);
+        let f = fit_blocks(&[16; 16], 66);
+        assert!(f.iter().sum::<u32>() <= 66 && f.iter().all(|&b| b >= 1), "{f:?}");
+        assert_eq!(fit_blocks(&[16, 1, 1], 9), vec![7, 1, 1]);
+    }
 }

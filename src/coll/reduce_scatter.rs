@@ -1,8 +1,16 @@
 //! symmReduceScatter: rank r gets the reduction of block r of every rank's
 //! input; LL packets for small blocks. In place (recvbuff = sendbuff + rank * recvcount) is safe
 //! zero-copy: a rank writes only its own block, which no peer reads.
+//! Symmetric/registered inputs are read where they are (a sync at entry
+//! and exit only); plain ones are staged through scratch in rounds, or
+//! with SYMM_ALGO=pipe (16- and 32-bit floats) pipelined with per-chunk
+//! flags.
 
-use super::{reduce_kernel, Call, FAMILY_REDUCE_SCATTER, FAMILY_REDUCE_SCATTER_LL};
+use super::{
+    even_rounds, opt_in_dtype, reduce_kernel, Call, FAMILY_REDUCE_SCATTER, FAMILY_REDUCE_SCATTER_LL,
+    FAMILY_REDUCE_SCATTER_PIPE,
+};
+use crate::cuda::abi::{MODE_PIPE, MODE_STAGED};
 use crate::error::Result;
 
 pub fn reduce_scatter(call: &Call) -> Result<()> {
@@ -16,6 +24,13 @@ pub fn reduce_scatter(call: &Call) -> Result<()> {
     }
     let mut a = call.args();
     if !call.direct(&mut a) {
+        if call.algo.pipe && opt_in_dtype(call.dtype) {
+            // One scratch half per slot, holding the chunk of all n blocks.
+            a.mode |= MODE_STAGED | MODE_PIPE;
+            a.chunk = even_rounds(call.count, call.scratch_elems(n), call.vec_elems());
+            let grid = call.grid(bytes.min(a.chunk * call.elem_size()));
+            return call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, call.dtype), grid, &mut a);
+        }
         call.staged(&mut a, call.scratch_elems(n))?;
     }
     let grid = call.grid((call.count * call.elem_size()).min(a.chunk * call.elem_size()));

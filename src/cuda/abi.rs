@@ -106,6 +106,28 @@ pub(crate) const MODE_TWO_SHOT: u32 = 4;
 pub(crate) const MODE_PROGRESS: u32 = 8;
 pub(crate) const MODE_CHECK: u32 = 16;
 pub(crate) const MODE_LOCAL: u32 = 32;
+pub(crate) const MODE_PUSH: u32 = 64;
+pub(crate) const MODE_PIPE: u32 = 128;
+pub(crate) const MODE_CLASSIC: u32 = 256;
+
+/// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
+/// flags to the pipelined kernels' flags), `SYMM_PIPE_WORDS`.
+pub(crate) const PIPE_SLOTS: u64 = 4;
+pub(crate) const PIPE_DELTA: usize = 16384;
+pub(crate) const PIPE_WORDS: usize = 3 * COLL_MAX_BLOCKS * MAX_RANKS + COLL_MAX_BLOCKS;
+
+/// `SYMM_TL_EVENTS`: phase events per block (after one header event).
+pub(crate) const TL_EVENTS: usize = 255;
+
+/// `SymmTlEvent`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TlEvent {
+    pub phase: u32,
+    pub arg: u32,
+    pub ns: u64,
+}
+const _: () = assert!(std::mem::size_of::<TlEvent>() == 16);
 
 /// `SymmCollArgs`.
 #[repr(C)]
@@ -123,6 +145,7 @@ pub struct CollArgs {
     pub send: u64,
     pub recv: u64,
     pub progress: u64,
+    pub timeline: u64,
     pub count: u64,
     pub chunk: u64,
     pub unit: u64,
@@ -139,21 +162,45 @@ pub struct CollArgs {
     pub token: u32,
     pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 40 + 32 + 8);
+const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 8 + 40 + 32 + 8);
 
 /// `SYMM_P2P_MAX_OPS`, `SYMM_P2P_BLOCKS`, `SYMM_P2P_FLAG_WORDS`.
 pub(crate) const P2P_MAX_OPS: usize = 16;
 pub(crate) const P2P_BLOCKS: u32 = 16;
 pub(crate) const P2P_FLAG_WORDS: usize = 4 * P2P_BLOCKS as usize * MAX_RANKS;
 
+/// `SYMM_P2P_CHUNK`, `SYMM_P2P_RING`, `SYMM_P2P_GROUP`, `SYMM_P2P_DIRECT_MIN`,
+/// `SYMM_P2P_NO_DIRECT`, `SYMM_P2P_SIZED_DELTA` (words from the fixed
+/// kernel's flags to the sized kernel's), `SYMM_P2PS_WORDS`.
+pub(crate) const P2P_CHUNK: u64 = 16 << 10;
+pub(crate) const P2P_RING: u64 = 256;
+pub(crate) const P2P_GROUP: u32 = 128;
+pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
+pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
+pub(crate) const P2P_SIZED_DELTA: usize = 10752;
+pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING as usize + 40 + 7 * MAX_RANKS;
+
 /// `SymmP2POp`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct P2POp {
     pub buf: u64,
     pub bytes: u64,
     pub peer: u32,
     pub is_send: u32,
+    /// Sized kernel: this operation's blocks.
+    pub first_block: u32,
+    pub blocks: u32,
+    /// Sized kernel, receive: offset of `buf` in this rank's symmetric heap
+    /// slot (the sender may store into it directly), or `P2P_NO_DIRECT`.
+    pub heap_offset: u64,
+}
+const _: () = assert!(std::mem::size_of::<P2POp>() == 40);
+
+impl Default for P2POp {
+    fn default() -> Self {
+        P2POp { buf: 0, bytes: 0, peer: 0, is_send: 0, first_block: 0, blocks: 0, heap_offset: P2P_NO_DIRECT }
+    }
 }
 
 /// `SymmP2PArgs`.
@@ -166,13 +213,16 @@ pub struct P2PArgs {
     pub slots: u64,
     pub peer_slots: [u64; MAX_RANKS],
     pub slot_bytes: u64,
+    /// Rank r's symmetric heap slot, as seen here.
+    pub heap: [u64; MAX_RANKS],
     pub ops: [P2POp; P2P_MAX_OPS],
     pub nops: u32,
     pub rank: u32,
     pub nranks: u32,
-    pub pad: u32,
+    /// `MODE_CLASSIC`: the fixed kernel's copy loop of before.
+    pub mode: u32,
 }
-const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 24 * P2P_MAX_OPS + 16);
+const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * P2P_MAX_OPS + 16);
 
 // ---- Device-API records ------------------------------------------------------
 //

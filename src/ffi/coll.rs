@@ -217,3 +217,65 @@ pub extern "C" fn symmCommSetCopyEngine(comm: symmComm_t, enable: c_int) -> symm
         Ok(())
     })
 }
+
+/// FOR TESTS AND BENCHMARKS: choose this communicator's collective and
+/// send/recv kernels as SYMM_ALGO would (e.g. "auto", "classic",
+/// "twoshot+push", "pipe+p2p"; tokens joined by '+' or ','), so that one
+/// process can compare algorithms side by side. Every rank must set the
+/// same, with no operation of the communicator in flight (synchronize its
+/// streams first). NULL restores the SYMM_ALGO the process started with.
+#[no_mangle]
+pub extern "C" fn symmCommSetAlgorithm(comm: symmComm_t, algo: *const std::ffi::c_char) -> symmResult_t {
+    boundary("symmCommSetAlgorithm", comm, || {
+        let c = comm_arg(comm)?;
+        let text = if algo.is_null() {
+            crate::config::get().algo.clone()
+        } else {
+            // SAFETY: the caller passes a NUL-terminated string (checked non-null).
+            unsafe { std::ffi::CStr::from_ptr(algo) }
+                .to_str()
+                .map_err(|_| crate::error::err!(symmInvalidArgument, "algo is not UTF-8"))?
+                .to_string()
+        };
+        let a = coll::Algo::parse(&text).map_err(|m| crate::error::err!(symmInvalidArgument, "{m}"))?;
+        c.coll.algo.set(a);
+        Ok(())
+    })
+}
+
+/// DIAGNOSTIC (SYMM_TIMELINE=1 only): the phases every block of this
+/// communicator's last synced collective kernel went through, from
+/// %globaltimer stamps the kernel took at each phase boundary. Writes up to
+/// `capacity` events (block by block, in time order) and the number
+/// available to *count (capacity 0 only sizes the array; a call with
+/// capacity > 0 also clears the record, so a later call sees nothing unless
+/// another synced kernel ran). Copies synchronously from device memory:
+/// call it after the collective's stream is synchronized. LL
+/// (small-message) and send/recv kernels record no timeline.
+/// symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
+#[no_mangle]
+pub extern "C" fn symmCommGetTimeline(
+    comm: symmComm_t,
+    events: *mut coll::timeline::symmTimelineEvent_t,
+    capacity: usize,
+    count: *mut usize,
+) -> symmResult_t {
+    boundary("symmCommGetTimeline", comm, || {
+        let c = comm_arg(comm)?;
+        if count.is_null() {
+            crate::error::bail!(symmInvalidArgument, "count is NULL");
+        }
+        if events.is_null() && capacity > 0 {
+            crate::error::bail!(symmInvalidArgument, "events is NULL with capacity {capacity}");
+        }
+        let all = coll::timeline::read(&c, capacity > 0)?;
+        let n = all.len().min(capacity);
+        if n > 0 {
+            // SAFETY: the caller provides `capacity` writable events (checked non-null).
+            unsafe { std::ptr::copy_nonoverlapping(all.as_ptr(), events, n) };
+        }
+        // SAFETY: checked non-null.
+        unsafe { *count = all.len() };
+        Ok(())
+    })
+}

@@ -5,10 +5,14 @@
 //!
 //! Layout (bytes):
 //! - `[0, 1 MiB)`: the library's own flags (barrier row, error guard,
-//!   point-to-point signal channels, collective flags);
+//!   point-to-point signal channels, collective flags, the pipelined
+//!   collectives' and the sized send/recv kernel's flags, the fused
+//!   matmul ops' flags);
 //! - `[1 MiB, 2 MiB)`: the user area, handed out by symmCommGetSignalPad.
 
-use crate::cuda::abi::{COLL_LL_COUNTERS, COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2P_FLAG_WORDS};
+use crate::cuda::abi::{
+    COLL_LL_COUNTERS, COLL_MAX_BLOCKS, DESC_WORDS, MAX_RANKS, P2PS_WORDS, P2P_FLAG_WORDS, P2P_SIZED_DELTA, PIPE_DELTA, PIPE_WORDS,
+};
 
 pub(crate) const PAD_BYTES: usize = 2 << 20;
 pub(crate) const USER_OFFSET: usize = 1 << 20;
@@ -37,11 +41,20 @@ pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 4 * COLL_MAX_BL
 /// Point-to-point flags and counters.
 pub(crate) const P2P_OFFSET: usize = COLL_CHECK_OFFSET + 2 * COLL_MAX_BLOCKS * MAX_RANKS * DESC_WORDS * 4;
 const COLL_END: usize = P2P_OFFSET + P2P_FLAG_WORDS * 4;
+/// The pipelined collectives' flags and chunk counters (kernels/pipe.cuh),
+/// at a fixed distance from the sync flags (the kernels find them there).
+const PIPE_OFFSET: usize = COLL_FLAGS_OFFSET + 4 * PIPE_DELTA;
+const PIPE_END: usize = PIPE_OFFSET + 4 * PIPE_WORDS;
+/// The sized send/recv kernel's ring flags, descriptors and counters
+/// (kernels/sendrecv.cu), at a fixed distance from the fixed kernel's.
+const P2P_SIZED_OFFSET: usize = P2P_OFFSET + 4 * P2P_SIZED_DELTA;
+const P2P_SIZED_END: usize = P2P_SIZED_OFFSET + 4 * P2PS_WORDS;
+
 /// The fused matmul ops (src/fused): their start sync's flag row and the
 /// call descriptors it compares ([rank][4 words]), a barrier row, and the
 /// matmul-reduce-scatter's "partial landed" and "slot free" rows, one per
 /// slot parity.
-pub(crate) const FUSED_OFFSET: usize = 128 << 10;
+pub(crate) const FUSED_OFFSET: usize = 192 << 10;
 pub(crate) const FUSED_SYNC_OFFSET: usize = FUSED_OFFSET;
 pub(crate) const FUSED_DESC_OFFSET: usize = FUSED_OFFSET + 256;
 pub(crate) const FUSED_BARRIER_OFFSET: usize = FUSED_OFFSET + 512;
@@ -49,8 +62,11 @@ pub(crate) const FUSED_DATA_OFFSET: usize = FUSED_OFFSET + 768;
 pub(crate) const FUSED_FREE_OFFSET: usize = FUSED_OFFSET + 1024;
 const FUSED_END: usize = FUSED_FREE_OFFSET + 2 * ROW_BYTES;
 
+
 const _: () = assert!(SIGNALS_OFFSET + SIGNAL_CHANNELS * ROW_BYTES <= COLL_OFFSET);
-const _: () = assert!(COLL_END <= FUSED_OFFSET);
+const _: () = assert!(COLL_END <= PIPE_OFFSET);
+const _: () = assert!(PIPE_END <= P2P_SIZED_OFFSET);
+const _: () = assert!(P2P_SIZED_END <= FUSED_OFFSET);
 const _: () = assert!(FUSED_DESC_OFFSET + MAX_RANKS * 16 <= FUSED_BARRIER_OFFSET);
 const _: () = assert!(FUSED_DATA_OFFSET + 2 * ROW_BYTES <= FUSED_FREE_OFFSET);
 const _: () = assert!(FUSED_END <= USER_OFFSET);
