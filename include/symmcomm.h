@@ -18,6 +18,15 @@
 struct CUstream_st;
 
 /**
+ * Start every symmDevCommRequirements from this: it records the sizes and
+ * the device API version of the headers the caller was compiled with, which
+ * symmDevCommCreate checks against the library's. Then set blockCount (and
+ * signalCount, llBytes as needed).
+ */
+#define SYMM_DEV_COMM_REQUIREMENTS_INITIALIZER \
+  { (uint32_t)sizeof(symmDevCommRequirements), (uint32_t)SYMM_DEVICE_API_VERSION, (uint32_t)sizeof(symmDevComm), 0, 0, 0, 0 }
+
+/**
  * Number of result codes; one past the highest valid value.
  */
 #define SYMM_NUM_RESULTS 10
@@ -46,6 +55,43 @@ struct CUstream_st;
 #define symmNumOps 5
 
 /**
+ * Major version of the device API: kernels built against a header of
+ * this major version work with every library of the same major version.
+ */
+#define SYMM_DEVICE_API_MAJOR 1
+
+/**
+ * Minor version: grows when fields are appended or functions added.
+ */
+#define SYMM_DEVICE_API_MINOR 0
+
+/**
+ * `SYMM_DEVICE_API_MAJOR * 100 + SYMM_DEVICE_API_MINOR`; the version of
+ * the `symmDevComm` layout these headers describe.
+ */
+#define SYMM_DEVICE_API_VERSION 100
+
+/**
+ * Most barrier/LL slots (`blockCount`) one device communicator reserves.
+ */
+#define SYMM_DEV_MAX_BLOCKS 4096
+
+/**
+ * Most signal slots (`signalCount`) one device communicator reserves.
+ */
+#define SYMM_DEV_MAX_SIGNALS 65536
+
+/**
+ * Largest LL buffer (`llBytes`, per rank) one device communicator reserves.
+ */
+#define SYMM_DEV_MAX_LL_BYTES 1073741824
+
+/**
+ * `symmDevStatus::op` of device-API records.
+ */
+#define SYMM_DEV_STATUS_OP 6
+
+/**
  * Library version, equal to the crate version (checked at compile time).
  */
 #define SYMM_MAJOR 0
@@ -68,6 +114,35 @@ struct CUstream_st;
  * Number of point-to-point signal channels per peer (symmPutSignal).
  */
 #define SYMM_SIGNAL_CHANNELS 1024
+
+/**
+ * `color` for ranks that take part in symmCommSplit but join no new
+ * communicator (as NCCL_SPLIT_NOCOLOR): they get NULL.
+ */
+#define SYMM_SPLIT_NOCOLOR -1
+
+/**
+ * symmCommShrink flags (as NCCL_SHRINK_DEFAULT / NCCL_SHRINK_ABORT).
+ * Default: the parent's work is complete.
+ */
+#define SYMM_SHRINK_DEFAULT 0
+
+/**
+ * Abort: first make kernels still waiting on the parent (for a rank that
+ * died) exit; the parent can then only be destroyed.
+ */
+#define SYMM_SHRINK_ABORT 1
+
+/**
+ * `symmConfig_t.magic` as written by symmConfigInit.
+ */
+#define SYMM_CONFIG_MAGIC 1128679251
+
+/**
+ * A `symmConfig_t` setting left at this value is inherited from the
+ * parent communicator.
+ */
+#define SYMM_CONFIG_UNDEF -1
 
 /**
  * Result codes returned by every `symm*` function. Numbers 0-6 match NCCL's
@@ -159,6 +234,26 @@ typedef enum {
 } symmCmp_t;
 
 /**
+ * How fp8 inputs are scaled (`symmMatmulDesc_t::scaleMode`).
+ */
+typedef enum {
+  /**
+   * No scales (factor 1).
+   */
+  symmScaleNone = 0,
+  /**
+   * One float for A and one for B (`scaled_mm` with per-tensor scales).
+   */
+  symmScaleTensor = 1,
+  /**
+   * One float per row of A and one per column of C (per-token and
+   * per-channel scales; cuBLASLt's outer-vector mode, Hopper, cuBLASLt
+   * 12.9 or newer).
+   */
+  symmScaleRowwise = 2,
+} symmScaleMode_t;
+
+/**
  * Opaque communicator.
  */
 typedef struct symmComm symmComm;
@@ -175,6 +270,43 @@ typedef symmComm *symmComm_t;
 typedef struct {
   char internal[SYMM_UNIQUE_ID_BYTES];
 } symmUniqueId;
+
+/**
+ * Settings of a new communicator (symmCommSplit, symmCommShrink). Fill it
+ * with `symmConfigInit(&cfg, sizeof cfg)`, then change the settings you
+ * want; the rest are inherited from the parent. Every rank that ends up in
+ * the same new communicator must pass the same settings (or NULL).
+ * Later versions only append fields; `size` says which ones the caller has.
+ */
+typedef struct {
+  /**
+   * sizeof(symmConfig_t) as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * SYMM_CONFIG_MAGIC.
+   */
+  unsigned int magic;
+  /**
+   * SYMM_VERSION_CODE of the header the caller compiled with.
+   */
+  unsigned int version;
+  /**
+   * Bytes of staging scratch (SYMM_SCRATCH_BYTES for new communicators):
+   * 1 MiB to 4 GiB, the same on every rank.
+   */
+  int64_t scratchBytes;
+  /**
+   * Longest device-side wait for a peer, in milliseconds (SYMM_TIMEOUT):
+   * 1 to 86,400,000.
+   */
+  int64_t timeoutMs;
+  /**
+   * 1: all-gather and reduce-scatter on the copy engines, 0: on SMs
+   * (SYMM_COPY_ENGINE, symmCommSetCopyEngine).
+   */
+  int64_t copyEngine;
+} symmConfig_t;
 
 /**
  * One phase of one block of the last synced collective kernel
@@ -204,6 +336,236 @@ typedef struct {
    */
   uint64_t duration_ns;
 } symmTimelineEvent_t;
+
+/**
+ * How a fused call multiplies. Fill it with symmMatmulDescInit, then
+ * change what differs. Row-major matrices; leading dimensions in elements.
+ */
+typedef struct {
+  /**
+   * sizeof(symmMatmulDesc_t) as compiled by the caller; later versions
+   * only append fields.
+   */
+  size_t structSize;
+  /**
+   * A's element type: bf16, fp16, fp32 (multiplied in TF32), fp8 e4m3/e5m2.
+   */
+  symmDataType_t aType;
+  /**
+   * B's element type: aType, or for fp8 the other fp8 type (not e5m2 x e5m2).
+   */
+  symmDataType_t bType;
+  /**
+   * C's element type: aType or fp32 (fp8 inputs: bf16, fp16 or fp32).
+   */
+  symmDataType_t cType;
+  /**
+   * 0: B is k x n; 1: B is n x k (framework weights), C = A * B^T. fp8 needs 1.
+   */
+  int transB;
+  /**
+   * Leading dimensions in elements; 0 = packed: lda = k, ldb = n (k with
+   * transB), ldc = n.
+   */
+  size_t lda;
+  size_t ldb;
+  size_t ldc;
+  /**
+   * C = A * B + beta * C.
+   */
+  float beta;
+  symmScaleMode_t scaleMode;
+  /**
+   * Device pointer: 1 float (tensor) or one per row of this rank's A (row-wise).
+   */
+  const float *aScale;
+  /**
+   * Device pointer: 1 float (tensor) or one per column of C (row-wise).
+   */
+  const float *bScale;
+  /**
+   * symmAllGatherMatmul only: optional output, the gathered A
+   * ((nranks * mShard) x k, ld = k). NULL: the gathered rows live in the
+   * communicator's workspace only.
+   */
+  void *aGathered;
+  /**
+   * Pipeline chunks per rank's shard; 0 = default. With one rank the
+   * shard itself is cut into this many GEMMs.
+   */
+  int chunksPerRank;
+} symmMatmulDesc_t;
+
+/**
+ * What a kernel author asks `symmDevCommCreate` for. Start from
+ * `SYMM_DEV_COMM_REQUIREMENTS_INITIALIZER` (it fills the first three
+ * fields from the caller's headers), then set the counts.
+ */
+typedef struct {
+  /**
+   * `sizeof(symmDevCommRequirements)` as the caller compiled it.
+   */
+  uint32_t size;
+  /**
+   * `SYMM_DEVICE_API_VERSION` of the caller's headers.
+   */
+  uint32_t apiVersion;
+  /**
+   * `sizeof(symmDevComm)` as the caller compiled it.
+   */
+  uint32_t devCommSize;
+  /**
+   * Barrier slots, each also an LL epoch slot: one per block that
+   * synchronises across ranks (usually the grid size). 1 ..
+   * SYMM_DEV_MAX_BLOCKS.
+   */
+  uint32_t blockCount;
+  /**
+   * Signal slots (each holds one 64-bit signal per source rank). 0 ..
+   * SYMM_DEV_MAX_SIGNALS.
+   */
+  uint32_t signalCount;
+  /**
+   * Must be 0.
+   */
+  uint32_t reserved;
+  /**
+   * Bytes of LL packet buffer per rank (`symmDevComm::llBuffer`), a
+   * multiple of 16 up to SYMM_DEV_MAX_LL_BYTES; 0 for none.
+   */
+  uint64_t llBytes;
+} symmDevCommRequirements;
+
+/**
+ * The communicator's device-side status block, written by the first wait
+ * that gives up (library kernels and the device API alike) and read by
+ * `symmCommGetAsyncError`. Part of the frozen device ABI (64 bytes).
+ */
+typedef struct {
+  /**
+   * Set by the host (symmCommAbort); waits poll it.
+   */
+  uint32_t abort;
+  /**
+   * 0 = none, 1 = timeout, 2 = aborted, 3 = ranks called different
+   * collectives, 4 = bad argument to a device function.
+   */
+  uint32_t error;
+  /**
+   * Rank that recorded the error.
+   */
+  uint32_t rank;
+  /**
+   * What failed: 1-5 library operations, 6 (`SYMM_DEV_STATUS_OP`) a
+   * device-API function.
+   */
+  uint32_t op;
+  /**
+   * The rank being waited for.
+   */
+  uint32_t peer;
+  /**
+   * Device API: `function << 24 | slot` (waits) or `function << 24 |
+   * argument` (bad arguments), numbers as in symmcomm_device.cuh.
+   */
+  uint32_t detail;
+  /**
+   * How long the wait lasted, in nanoseconds.
+   */
+  uint64_t waitedNs;
+  /**
+   * Device API: block index, the value waited for (low, high word), the
+   * value seen (low, high), the comparison, the thread index, 0.
+   */
+  uint32_t info[8];
+} symmDevStatus;
+
+/**
+ * A device communicator: pass it **by value** to kernels that include
+ * `symmcomm_device.cuh`. Filled by `symmDevCommCreate`; valid until
+ * `symmDevCommDestroy` or the communicator's destruction. Its layout is
+ * frozen for device API major version 1 (the device header asserts every
+ * offset); pointers are this rank's copies, in this process.
+ */
+typedef struct {
+  /**
+   * `SYMM_DEVICE_API_VERSION` of this layout.
+   */
+  uint32_t version;
+  /**
+   * `sizeof(symmDevComm)` of this layout.
+   */
+  uint32_t size;
+  /**
+   * This rank.
+   */
+  int rank;
+  /**
+   * Ranks in the communicator.
+   */
+  int nRanks;
+  /**
+   * Where rank 0's copy of the symmetric heap starts in this process;
+   * rank r's copy of a symmetric address x is x + (r - rank) * symmStride.
+   */
+  uint64_t symmBase;
+  /**
+   * Bytes between consecutive ranks' copies of the symmetric heap.
+   */
+  uint64_t symmStride;
+  /**
+   * Barrier / LL epoch slots reserved.
+   */
+  uint32_t blockCount;
+  /**
+   * Signal slots reserved.
+   */
+  uint32_t signalCount;
+  /**
+   * `[blockCount][nRanks]`: word [b][p] counts rank p's arrivals at barrier b.
+   */
+  uint32_t *barrierInbox;
+  /**
+   * `[blockCount][nRanks]`: this rank's arrivals at barrier b shared with rank p.
+   */
+  uint32_t *barrierEpochs;
+  /**
+   * `[blockCount]`: LL epoch of slot b.
+   */
+  uint32_t *llEpochs;
+  /**
+   * `[signalCount][nRanks]`: signal slot s as set or added to by rank p.
+   */
+  uint64_t *signals;
+  /**
+   * `[signalCount][nRanks]`: how much of signal [s][p] symmDevSignalWaitNext consumed.
+   */
+  uint64_t *signalShadows;
+  /**
+   * This rank's LL packet buffer (symmetric; NULL when llBytes is 0).
+   */
+  void *llBuffer;
+  /**
+   * Bytes of `llBuffer`.
+   */
+  uint64_t llBytes;
+  /**
+   * The communicator's status block (host memory mapped into the device).
+   */
+  symmDevStatus *status;
+  /**
+   * Device word that makes the first recorded error the one kept.
+   */
+  uint32_t *errorGuard;
+  /**
+   * SYMM_TIMEOUT in nanoseconds: how long any device-side wait lasts.
+   */
+  uint64_t timeoutNs;
+  /**
+   * Identifies the device communicator to symmDevCommDestroy.
+   */
+  uint64_t handle;
+} symmDevComm;
 
 
 
@@ -279,6 +641,34 @@ symmResult_t symmCommCuDevice(symmComm_t comm, int *device);
  * Writes the caller's rank to `*rank`.
  */
 symmResult_t symmCommUserRank(symmComm_t comm, int *rank);
+
+/**
+ * Initialise `*config` (`size` = sizeof(symmConfig_t) as the caller
+ * compiled it, at least the header and every field of version 0.1):
+ * every setting SYMM_CONFIG_UNDEF, i.e. inherited.
+ */
+symmResult_t symmConfigInit(symmConfig_t *config, size_t size);
+
+/**
+ * Collective over `comm`: the ranks passing the same `color` (>= 0) form a
+ * new communicator, ranked by `key`, then by rank in `comm`; `*newcomm`
+ * is NULL for `SYMM_SPLIT_NOCOLOR`. Every rank of `comm` must call it
+ * (one failing rank fails all of them). `config` may be NULL: the new
+ * communicator inherits `comm`'s settings. It shares nothing with `comm`:
+ * either may be destroyed first. Inside symmGroupStart/End, `*newcomm` is
+ * written at symmGroupEnd.
+ */
+symmResult_t symmCommSplit(symmComm_t comm, int color, int key, const symmConfig_t *config, symmComm_t *newcomm);
+
+/**
+ * A new communicator of every rank of `comm` but the `excludeCount` ranks
+ * in `excludeRanks`, in `comm`'s order. Called by the remaining ranks only
+ * (each with the same list). `flags`: SYMM_SHRINK_DEFAULT, or
+ * SYMM_SHRINK_ABORT to end `comm`'s pending work first (after a rank
+ * died). `config` as in symmCommSplit. Inside symmGroupStart/End,
+ * `*newcomm` is written at symmGroupEnd.
+ */
+symmResult_t symmCommShrink(symmComm_t comm, const int *excludeRanks, int excludeCount, const symmConfig_t *config, int flags, symmComm_t *newcomm);
 
 /**
  * Fill `count` 32-bit words at `dst` with `value`, ordered on `stream`.
@@ -466,6 +856,47 @@ symmResult_t symmCommSetAlgorithm(symmComm_t comm, const char *algo);
  * symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
  */
 symmResult_t symmCommGetTimeline(symmComm_t comm, symmTimelineEvent_t *events, size_t capacity, size_t *count);
+
+/**
+ * Fill `desc` with the defaults for `dtype` inputs: structSize, A, B and
+ * C of type `dtype` (fp8 inputs: C bf16), transB 0, packed leading
+ * dimensions, beta 0, no scales, no aGathered, default chunks.
+ */
+symmResult_t symmMatmulDescInit(symmMatmulDesc_t *desc, symmDataType_t dtype);
+
+/**
+ * C ((nranks * mShard) x n) = all_gather(aShard (mShard x k)) * B, on
+ * `stream`. B is k x n (desc->transB 0) or n x k (1). Collective: every
+ * rank calls it with the same shapes and descriptor fields. See README
+ * "Fused matmul ops".
+ */
+symmResult_t symmAllGatherMatmul(const void *aShard, const void *b, void *c, size_t mShard, size_t n, size_t k, const symmMatmulDesc_t *desc, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * cShard ((m / nranks) x n) = rows [rank * m / nranks, ...) of the sum over
+ * ranks of A (m x kShard) * B (kShard x n, or n x kShard with transB), on
+ * `stream`. Collective, like symmAllGatherMatmul.
+ */
+symmResult_t symmMatmulReduceScatter(const void *a, const void *b, void *cShard, size_t m, size_t n, size_t kShard, const symmMatmulDesc_t *desc, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * Collective: reserve, on every rank, the barrier, signal and LL slots
+ * `req` asks for in symmetric memory, and write to `*devComm` the device
+ * communicator that kernels take by value. Initialise `req` with
+ * SYMM_DEV_COMM_REQUIREMENTS_INITIALIZER: a header whose device API
+ * version or struct sizes differ from the library's is refused
+ * (symmInvalidUsage). Every rank passes the same requirements; a rank
+ * that fails makes every rank fail. Inside symmGroupStart/End the output
+ * is written at symmGroupEnd.
+ */
+symmResult_t symmDevCommCreate(symmComm_t comm, const symmDevCommRequirements *req, symmDevComm *devComm);
+
+/**
+ * Collective: release a device communicator's slots. Waits for this
+ * device's work and for every rank first (as symmMemFree). Kernels must
+ * no longer use `devComm` afterwards.
+ */
+symmResult_t symmDevCommDestroy(symmComm_t comm, const symmDevComm *devComm);
 
 #ifdef __cplusplus
 }  // extern "C"

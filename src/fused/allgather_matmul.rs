@@ -208,8 +208,11 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
     for rows in [rc, rows_of(chunks - 1)] {
         st.prime(&chunk_key(rows), m, call.b)?;
     }
+    // The local GEMM's key holds this rank's own pointer alignments, which
+    // may differ from the other ranks': prime it too, so no rank of a
+    // one-process group loads a GEMM kernel while another's flag kernel spins.
     let local = key(m, call.n, k, ms, m.lda, m.ldc, [call.a, call.b, call.c], target);
-    st.blas.make_plan(&local)?;
+    st.prime(&local, m, call.b)?;
     st.fork()?;
     // This rank's rows: no data to wait for.
     gemm(st, &local, m, call.a, call.b, c_row(me * ms), m.a_scale, m.beta, On::Caller)?;

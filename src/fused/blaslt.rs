@@ -483,6 +483,12 @@ impl Blas {
             if s == NOT_SUPPORTED || (s == SUCCESS && found == 0) {
                 return Err(self.no_kernel(key, if fp8 { "no fp8 algorithm" } else { "no algorithm for these types and alignments" }));
             }
+            if s != SUCCESS && key.scale == Scale::Rowwise {
+                // cuBLASLt builds without outer-vector kernels for this GPU
+                // refuse the scale mode as an invalid value (seen: 13.1 on
+                // an H100 answers status 7).
+                return Err(self.no_kernel(key, &format!("the heuristic refused row-wise scales with status {s}")));
+            }
             lib.check(s, "cublasLtMatmulAlgoGetHeuristic")?;
             plan.algo = result[0].algo;
             plan.workspace = result[0].workspace_size.min(self.workspace_bytes);
