@@ -174,9 +174,17 @@ def mempool_worker(rank, world, port, plugin_so, plugin_error):
     ck = Checks(rank)
     backend = dist.group.WORLD._get_backend(dev)
     pools = []
-    alloc = getattr(backend, "mem_allocator", None)
+    # PyTorch serves its own ncclMemAlloc allocator only where the GPU
+    # supports NVLink multicast (ProcessGroupNCCL::supportsTensorAlloc) and
+    # raises RuntimeError elsewhere (e.g. one GPU): then the pluggable
+    # allocator below, as Megatron and vLLM build it, is the check.
+    try:
+        alloc, why = backend.mem_allocator, ""
+    except (AttributeError, RuntimeError) as e:
+        alloc, why = None, str(e).splitlines()[0]
     if alloc is None:
-        ck.fail("ProcessGroupNCCL.mem_allocator", "not in this PyTorch")
+        print(f"[rank {rank}] ProcessGroupNCCL.mem_allocator not served here ({why}); "
+              "checking the CUDAPluggableAllocator over ncclMemAlloc only", flush=True)
     else:
         pools.append(check_pool(ck, "ProcessGroupNCCL allocator", backend, alloc, dev, world, rank))
     if plugin_so is None:
