@@ -27,6 +27,7 @@ and checks the log.
 import datetime
 import os
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,7 +124,10 @@ def build_plugin(build_dir):
     """nccl_allocator.c as a shared library (path, None), or (None, why)."""
     so = os.path.join(build_dir, "nccl_allocator.so")
     inc = os.environ.get("NCCL_INCLUDE", "/usr/include")
-    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{inc}", "-o", so, os.path.join(HERE, "nccl_allocator.c")],
+    # nccl.h includes cuda_runtime.h: the CUDA toolkit's headers too.
+    cuda = os.environ.get("CUDA_HOME") or os.path.dirname(os.path.dirname(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"))
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{inc}", f"-I{os.path.join(cuda, 'include')}", "-o", so,
+                        os.path.join(HERE, "nccl_allocator.c")],
                        capture_output=True, text=True)
     return (so, None) if r.returncode == 0 else (None, f"cc failed: {r.stderr.strip()}")
 
