@@ -92,6 +92,8 @@ FUNCTIONS: list[Function] = [
     Function("symmCommInitRank", symmResult_t, [P(symmComm_t), c_int, symmUniqueId, c_int]),
     Function("symmCommInitAll", symmResult_t, [P(symmComm_t), c_int, P(c_int)]),
     Function("symmCommSplit", symmResult_t, [symmComm_t, c_int, c_int, c_void_p, P(symmComm_t)]),
+    Function("symmConfigInit", symmResult_t, [c_void_p, c_size_t]),
+    Function("symmCommShrink", symmResult_t, [symmComm_t, P(c_int), c_int, c_void_p, c_int, P(symmComm_t)]),
     Function("symmCommDestroy", symmResult_t, [symmComm_t]),
     Function("symmCommAbort", symmResult_t, [symmComm_t]),
     Function("symmCommGetAsyncError", symmResult_t, [symmComm_t, P(symmResult_t)]),
@@ -129,6 +131,12 @@ FUNCTIONS: list[Function] = [
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
+    Function("symmCommSetAlgorithm", symmResult_t, [symmComm_t, c_char_p]),
+    Function("symmCommGetTimeline", symmResult_t, [symmComm_t, c_void_p, c_size_t, P(c_size_t)]),
+    # The device API's host half; its structs are for CUDA C++ kernels, so
+    # Python passes them as opaque memory.
+    Function("symmDevCommCreate", symmResult_t, [symmComm_t, c_void_p, c_void_p]),
+    Function("symmDevCommDestroy", symmResult_t, [symmComm_t, c_void_p]),
     Function("symmMatmulDescInit", symmResult_t, [P(symmMatmulDesc_t), symmDataType_t]),
     Function("symmAllGatherMatmul", symmResult_t,
              [buffer_t, buffer_t, buffer_t, c_size_t, c_size_t, c_size_t, P(symmMatmulDesc_t), symmComm_t,
@@ -140,7 +148,11 @@ FUNCTIONS: list[Function] = [
 
 #: Functions added by later versions of the C API than the foundation; the
 #: package works without them and says so when one is called.
-LATER_FUNCTIONS = frozenset({"symmCommSplit", "symmMatmulDescInit", "symmAllGatherMatmul", "symmMatmulReduceScatter"})
+LATER_FUNCTIONS = frozenset({
+    "symmCommSplit", "symmConfigInit", "symmCommShrink", "symmMatmulDescInit", "symmAllGatherMatmul",
+    "symmMatmulReduceScatter", "symmCommSetAlgorithm", "symmCommGetTimeline", "symmDevCommCreate",
+    "symmDevCommDestroy",
+})
 
 
 # ------------------------------------------------------------ discovery ---

@@ -49,7 +49,8 @@ def header_prototypes(text: str) -> dict:
 
 def header_struct(text: str, name: str):
     """[(field, C type)] of ``typedef struct {...} name;``, or None."""
-    m = re.search(r"typedef\s+struct\s*\{(.*?)\}\s*" + name + r"\s*;", strip_comments(text), flags=re.S)
+    # The body holds no braces: the match cannot start at an earlier struct.
+    m = re.search(r"typedef\s+struct\s*\{([^{}]*)\}\s*" + name + r"\s*;", strip_comments(text), flags=re.S)
     if not m:
         return None
     fields = []
@@ -102,6 +103,10 @@ C_TO_CTYPES = {
     "const symmConfig_t *": ctypes.c_void_p,
     "symmConfig_t *": ctypes.c_void_p,
     "const symmMatmulDesc_t *": P(L.symmMatmulDesc_t),
+    "symmTimelineEvent_t *": ctypes.c_void_p,
+    "const symmDevCommRequirements *": ctypes.c_void_p,
+    "symmDevComm *": ctypes.c_void_p,
+    "const symmDevComm *": ctypes.c_void_p,
     "symmMatmulDesc_t *": P(L.symmMatmulDesc_t),
 }
 
