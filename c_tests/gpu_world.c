@@ -261,6 +261,10 @@ void tw_launch(const struct tw_rank *r, CUfunction fn, uint64_t n, void **params
   unsigned block = n ? 256 : 32;
   uint64_t blocks = n ? (n + block - 1) / block : 1;
   if (blocks > 4096) blocks = 4096;
+  /* A driver whose spec does not load the test kernels has NULL handles
+   * here, which cuLaunchKernel reports only as CUDA_ERROR_INVALID_HANDLE. */
+  TW_REQUIRE(r, fn != NULL, "%s: the harness's test kernels are not loaded (the driver's tw_spec needs .kernels = 1)",
+             what);
   tw_use(r);
   CUresult rc = tu_cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, block, 1, 1, 0, r->stream, params, NULL);
   TW_REQUIRE(r, rc == 0, "cuLaunchKernel(%s): %s", what, tu_cu_error(rc));

@@ -257,7 +257,7 @@ void tw_launch(const struct tw_rank *r, CUfunction fn, uint64_t n, void **params
 size_t tw_host_verify(const uint8_t *host, size_t n, uint32_t prank, uint32_t salt, uint64_t idx0, size_t *first);
 
 /* After a fault (timeout, abort): a memcpy round trip and a test kernel
- * still work on r's device. Records failures. */
+ * still work on r's device. Records failures. Needs spec.kernels. */
 void tw_check_context_usable(const struct tw_rank *r, const char *after);
 
 /* A kernel image read from `path` (`env`, when set in the environment,

@@ -99,6 +99,8 @@ int main(int argc, char **argv) {
   setenv("SYMM_TIMEOUT", "60", 0);
   timeout_s = atof(getenv("SYMM_TIMEOUT"));
   if (timeout_s <= 0) timeout_s = 60;
-  static const struct tw_spec spec = {.name = "dev_abort", .modes = "mp,all", .limit_s = 150, .body = body};
+  /* .kernels: tw_check_context_usable launches the harness's test kernels. */
+  static const struct tw_spec spec = {
+      .name = "dev_abort", .modes = "mp,all", .limit_s = 150, .kernels = 1, .body = body};
   return tw_main(&spec, argc, argv);
 }

@@ -152,7 +152,8 @@ int main(int argc, char **argv) {
   setenv("SYMM_TIMEOUT", "2", 0); /* before any library call; mp children inherit it */
   timeout_s = atof(getenv("SYMM_TIMEOUT"));
   if (timeout_s <= 0) timeout_s = 2;
-  static struct tw_spec spec = {.name = "dev_timeout", .modes = "mp,all", .body = body};
+  /* .kernels: tw_check_context_usable launches the harness's test kernels. */
+  static struct tw_spec spec = {.name = "dev_timeout", .modes = "mp,all", .kernels = 1, .body = body};
   spec.limit_s = 120 + timeout_s;
   return tw_main(&spec, argc, argv);
 }

@@ -29,13 +29,17 @@
 #include "symmcomm.h"
 #include "symmcomm_device.cuh"
 
-// Sum of v over the block (blockDim.x a multiple of 32); `scratch` holds 32 floats.
+// Sum of v over the block, returned to every thread (blockDim.x a multiple
+// of 32, at most 1024); `scratch` holds 32 floats.
 __device__ float block_sum(float v, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();  // the previous call's readers are done with scratch
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? scratch[threadIdx.x] : 0.0f;
+  // Every warp adds up all the warps' partial sums (lane i takes warp i's),
+  // in the same order, so every thread gets the same total.
+  const unsigned lane = threadIdx.x % 32;
+  v = lane < blockDim.x / 32 ? scratch[lane] : 0.0f;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
