@@ -6,17 +6,19 @@
 //   1. (staged) its share of chunk q is in its input slot (copied in during
 //      the previous step) -- wait for every peer's IN_READY(q);
 //   2. waits until every peer has gathered chunk q - S out of its output
-//      slot (GATHERED), reduces slice r of its share from every rank's
-//      input slot (or, with a symmetric/registered input, from the peers'
-//      inputs directly) into its output slot, publishes REDUCED(q);
+//      slot (GATHERED; only from the kernel's S-th chunk on), reduces
+//      slice r of its share from every rank's input slot (or, with a
+//      symmetric/registered input, from the peers' inputs directly) into
+//      its output slot, publishes REDUCED(q);
 //   3. (staged) copies its share of chunk q + 1 into input slot (q+1) % S,
-//      once every peer has reduced chunk q + 1 - S (REDUCED), publishes
+//      once every peer has reduced chunk q + 1 - S (REDUCED; ditto), publishes
 //      IN_READY(q + 1): the copy-in overlaps the peers' reductions;
 //   4. waits for every peer's REDUCED(q), copies every rank's slice of its
 //      share into the output (starting with its own, then the peers in
 //      turn), publishes GATHERED(q).
 // Syncs of the whole block with the peers: one at entry (descriptor check,
 // and the peers are past every earlier kernel), none per chunk; the kernel
+// publishes every kind of flag up to its last chunk (pipe_publish_all) and
 // ends after every peer's GATHERED of the last chunk (exit wait), which
 // also covers their reads of a direct input.
 #include "pipe.cuh"
@@ -59,7 +61,7 @@ __device__ void allreduce_pipe_body(const SymmCollArgs& a) {
     split_range(hi - lo, E, a.nranks, a.rank, &slo, &shi);
     s.tl.mark(SYMM_PHASE_WAIT, k);
     if (staged && !pipe_wait(a, SYMM_PIPE_IN_READY, q + 1)) return;
-    if (!pipe_wait(a, SYMM_PIPE_GATHERED, q + 1 - SYMM_PIPE_SLOTS)) return;
+    if (!pipe_wait_slot(a, SYMM_PIPE_GATHERED, k, q + 1 - SYMM_PIPE_SLOTS)) return;
     const T* from[SYMM_MAX_RANKS];
 #pragma unroll
     for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
@@ -73,7 +75,7 @@ __device__ void allreduce_pipe_body(const SymmCollArgs& a) {
     pipe_publish(a, SYMM_PIPE_REDUCED, q + 1);
     if (staged && k + 1 < nchunks) {
       s.tl.mark(SYMM_PHASE_WAIT, k + 1);
-      if (!pipe_wait(a, SYMM_PIPE_REDUCED, q + 2 - SYMM_PIPE_SLOTS)) return;
+      if (!pipe_wait_slot(a, SYMM_PIPE_REDUCED, k + 1, q + 2 - SYMM_PIPE_SLOTS)) return;
       copy_in(k + 1);
       pipe_publish(a, SYMM_PIPE_IN_READY, q + 2);
     }
@@ -88,6 +90,7 @@ __device__ void allreduce_pipe_body(const SymmCollArgs& a) {
     }
     pipe_publish(a, SYMM_PIPE_GATHERED, q + 1);
   }
+  pipe_publish_all(a, seq0 + nchunks);  // a direct input published no IN_READY
   s.tl.mark(SYMM_PHASE_WAIT, nchunks);
   if (!pipe_wait(a, SYMM_PIPE_GATHERED, seq0 + nchunks)) return;
   pipe_end(a, seq0 + nchunks);

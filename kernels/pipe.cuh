@@ -11,13 +11,28 @@
 //                longer reads our output slot.
 //
 // A slot is reused S chunks later, once every peer's flag says it is done
-// with it, so a block may run up to S - 1 chunks ahead of a slow peer. The
-// copy-in of chunk q+1 runs while the peers still reduce chunk q.
+// with it. The copy-in of chunk q+1 runs while the peers still reduce chunk
+// q. (Each chunk also waits for the peers' IN_READY and REDUCED of that
+// same chunk, which keeps a block within about one chunk of its peers and,
+// for S >= 2, already implies the slot waits; they stay, so that reuse is
+// safe whatever the step order. src/coll/pipe_model.rs checks both.) Only the
+// kernel's own chunks wait for a slot's previous user (pipe_wait_slot): the
+// first S chunks take over slots from earlier kernels, which the entry sync
+// and exit wait below already cover -- and whose flags may never have been
+// published for them: a reduce-scatter publishes no GATHERED, an all-reduce
+// of a direct input no IN_READY. (Waiting for GATHERED(q + 1 - S) of a chunk
+// a reduce-scatter had numbered made the first all-reduce after reduce-
+// scatters of S or more chunks in all, since the last all-reduce, wait for
+// a flag no peer would ever write.)
 //
 // Chunks are numbered by a per-block counter in this rank's pad (advanced
 // by kernels, so graph replays continue the series); every rank launches
 // the same grid for a call, so block b's counter is the same on every rank.
-// Flags only grow and are compared wrap-safe: no reset.
+// Flags only grow and are compared wrap-safe: no reset. Before its exit
+// wait a kernel brings every kind of flag up to its final chunk number
+// (pipe_publish_all), also the kinds it does not publish per chunk, so no
+// flag trails its block's counter by more than one kernel's chunks: a flag
+// left 2^31 chunks behind would compare as ahead.
 //
 // The invariant that replaces "a block only reads scratch that the
 // same-index block wrote in this kernel's rounds" (coll.cuh, next_parity):
@@ -32,6 +47,10 @@
 //    peer reading this rank's scratch.
 #pragma once
 #include "coll.cuh"
+
+// Chunk numbers wrap at 2^32; q % S continues across the wrap only when S
+// divides 2^32.
+static_assert((SYMM_PIPE_SLOTS & (SYMM_PIPE_SLOTS - 1)) == 0, "SYMM_PIPE_SLOTS must be a power of two");
 
 // The opt-in two-shot kernels (push, pipe) are built for the 16- and 32-bit
 // floating-point types only, which large all-reduces and reduce-scatters
@@ -79,6 +98,25 @@ __device__ __forceinline__ bool pipe_wait(const SymmCollArgs& a, uint32_t kind, 
     }
   }
   return !__syncthreads_or(fail);
+}
+
+// Wait (bounded) until every peer is done with the slot that this kernel's
+// chunk k takes over from chunk k - S: their flag `kind` reached `seq` (the
+// previous user's number + 1). For k < S the previous user belongs to an
+// earlier kernel (see above): no wait. `k` is the same in every thread.
+__device__ __forceinline__ bool pipe_wait_slot(const SymmCollArgs& a, uint32_t kind, uint32_t k, uint32_t seq) {
+  return k < SYMM_PIPE_SLOTS || pipe_wait(a, kind, seq);
+}
+
+// Every kind of this block's flags at every peer to `seq_end` (the kernel's
+// last chunk + 1): the kinds the kernel published per chunk are there
+// already (same value again), the others catch up (see above).
+__device__ __forceinline__ void pipe_publish_all(const SymmCollArgs& a, uint32_t seq_end) {
+  __syncthreads();
+  const uint32_t p = threadIdx.x;
+  if (p < a.nranks && p != a.rank)
+    for (uint32_t kind = 0; kind < SYMM_PIPE_KINDS; ++kind)
+      symm_st_release_sys(pipe_flag(a.peer_flags[p], kind, a.rank), seq_end);
 }
 
 // The block's first chunk number (read once, after the entry sync).

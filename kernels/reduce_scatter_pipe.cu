@@ -9,9 +9,11 @@
 // every peer's IN_READY(q), reduces its share of block r of the chunk from
 // every rank's slot into the output, publishes REDUCED(q), and then copies
 // its share of chunk q + 1 in (once every peer has REDUCED chunk
-// q + 1 - S, the slot's previous user) and publishes IN_READY(q + 1). One
-// whole-block sync at entry; the kernel ends after every peer's REDUCED of
-// the last chunk.
+// q + 1 - S, the slot's previous user, if this kernel's) and publishes
+// IN_READY(q + 1). One whole-block sync at entry; the kernel publishes
+// every kind of flag up to its last chunk (GATHERED too, which it has no
+// use for but the all-reduce waits on) and ends after every peer's REDUCED
+// of the last chunk.
 #include "pipe.cuh"
 
 template <typename T, int OP>
@@ -56,11 +58,12 @@ __device__ void reduce_scatter_pipe_body(const SymmCollArgs& a) {
     pipe_publish(a, SYMM_PIPE_REDUCED, q + 1);
     if (k + 1 < nchunks) {
       s.tl.mark(SYMM_PHASE_WAIT, k + 1);
-      if (!pipe_wait(a, SYMM_PIPE_REDUCED, q + 2 - SYMM_PIPE_SLOTS)) return;
+      if (!pipe_wait_slot(a, SYMM_PIPE_REDUCED, k + 1, q + 2 - SYMM_PIPE_SLOTS)) return;
       copy_in(k + 1);
       pipe_publish(a, SYMM_PIPE_IN_READY, q + 2);
     }
   }
+  pipe_publish_all(a, seq0 + nchunks);  // GATHERED too, which all-reduces wait on
   s.tl.mark(SYMM_PHASE_WAIT, nchunks);
   if (!pipe_wait(a, SYMM_PIPE_REDUCED, seq0 + nchunks)) return;
   pipe_end(a, seq0 + nchunks);

@@ -122,6 +122,10 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // chunks sends only after reading this call's descriptor: one descriptor
 // word per channel suffices.
 
+// Chunk numbers wrap at 2^32; q % RING continues across the wrap only when
+// RING divides 2^32.
+static_assert((SYMM_P2P_RING & (SYMM_P2P_RING - 1)) == 0, "SYMM_P2P_RING must be a power of two");
+
 __device__ __forceinline__ void group_barrier(uint32_t group) {
   asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(SYMM_P2P_GROUP) : "memory");
 }

@@ -23,6 +23,8 @@ pub mod p2p;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod timeline;
+#[cfg(test)]
+mod pipe_model;
 
 use std::ffi::{c_void, CStr};
 
