@@ -1,25 +1,26 @@
 """PyTorch's fused matmul ops on symmetric memory, timed at fused_bench's shapes.
 
-    torchrun --standalone --nproc-per-node=N tests/torch/fused_torch_bench.py \
+    torchrun --standalone --nproc-per-node=W tests/torch/fused_torch_bench.py \
         [--dtype bf16,e4m3] [--shape M,N,K]... [--op ag|rs|both] [--iters 20] \
         [--warmup 5] [--json OUT.json]
 
-One process per GPU (rank r on GPU LOCAL_RANK). Per op and shape, TFLOP/s
+One process per GPU (W ranks, rank r on GPU LOCAL_RANK). Per dtype, op and
+shape, TFLOP/s
 per GPU (the FLOPs one rank computes over the slowest rank's mean time per
 call), with the same shapes and layouts as c_tests/bench/fused_bench.c:
 
-  ag  C = all_gather(A_shard) @ B: A_shard M/N x K per rank, B = W.t() with
+  ag  C = all_gather(A_shard) @ B: A_shard M/W x K per rank, B = W.t() with
       W an N x K row-major weight (column-major B, what fp8 needs);
       torch.ops.symm_mem.fused_all_gather_matmul (bf16) or
       fused_all_gather_scaled_matmul (fp8 e4m3, per-tensor scales of 1,
       bf16 output) against all_gather_into_tensor (NCCL) then mm / _scaled_mm.
       FLOPs per rank 2*M*N*K.
-  rs  C_shard = reduce_scatter(A @ B) over rows: A M x K/N, B K/N x N
+  rs  C_shard = reduce_scatter(A @ B) over rows: A M x K/W, B K/W x N
       (column-major); torch.ops.symm_mem.fused_matmul_reduce_scatter or
       fused_scaled_matmul_reduce_scatter against mm then reduce_scatter_tensor.
-      FLOPs per rank 2*M*N*K/N.
+      FLOPs per rank 2*M*N*K/W.
 
-Default shapes: the seeds, M = 8192*N, N = K = 8192 and M = 32768,
+Default shapes: the seeds, M = 8192*W, N = K = 8192 and M = 32768,
 N = 8192, K = 16384. The fused op and its unfused reference run once on
 the same inputs and the largest difference, relative to the reference's
 largest magnitude, is reported (a wrong call shows up there).
@@ -55,24 +56,22 @@ def parse_args(argv):
 
 
 def enable_symm_mem(group_name):
-    """Make the group's symmetric memory usable, whichever PyTorch this is:
-    older releases need enable_symm_mem_for_group (later ones deprecate it
-    as unnecessary)."""
+    """Make the group's symmetric memory usable on its CUDA backend, whichever
+    PyTorch this is: releases that have set_backend get "CUDA" (before any
+    allocation, as it requires), older ones need enable_symm_mem_for_group
+    (later ones deprecate it as unnecessary). Returns the backend in use."""
     import torch.distributed._symmetric_memory as symm_mem
 
+    if hasattr(symm_mem, "set_backend"):
+        symm_mem.set_backend("CUDA")
     fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if fn is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fn(group_name)
-    backend = "CUDA"
     get = getattr(symm_mem, "get_backend", None)
-    if get is not None:
-        try:
-            backend = get(torch.device("cuda", torch.cuda.current_device())) or backend
-        except Exception:  # older signatures; the default backend is CUDA's
-            pass
-    return backend
+    backend = get(torch.device("cuda", torch.cuda.current_device())) if get is not None else None
+    return backend or "CUDA (the default)"
 
 
 def call_by_schema(op, **kwargs):
