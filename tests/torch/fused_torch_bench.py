@@ -5,9 +5,9 @@
         [--warmup 5] [--json OUT.json]
 
 One process per GPU (W ranks, rank r on GPU LOCAL_RANK). Per dtype, op and
-shape, TFLOP/s
-per GPU (the FLOPs one rank computes over the slowest rank's mean time per
-call), with the same shapes and layouts as c_tests/bench/fused_bench.c:
+shape, TFLOP/s per GPU (the FLOPs one rank computes over the slowest rank's
+mean time per call), with the same shapes and layouts as
+c_tests/bench/fused_bench.c:
 
   ag  C = all_gather(A_shard) @ B: A_shard M/W x K per rank, B = W.t() with
       W an N x K row-major weight (column-major B, what fp8 needs);
