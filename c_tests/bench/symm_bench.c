@@ -118,6 +118,11 @@ struct opts {
    * table of its own; none: the communicator's (SYMM_ALGO). */
   char algos[MAX_ALGOS][64];
   int nalgos;
+  /* --algos-for COLL=A,B,...: that collective's own list (replaces --algos
+   * for it), so that one process runs each collective with the algorithms
+   * that differ for it. */
+  char coll_algos[C_NUM][MAX_ALGOS][64];
+  int coll_nalgos[C_NUM];
   char cmdline[1536];
 };
 
@@ -180,12 +185,16 @@ static void usage(FILE *f) {
           "                         and the ratio NCCL time / symmcomm time (> 1: symmcomm is faster)\n"
           "      --nccl-inplace     with --vs-nccl: time and check NCCL in place instead (the ratio then\n"
           "                         compares the in-place times)\n"
-          "      --nccl-lib PATH    the NCCL library to load (default libnccl.so.2)\n"
+          "      --nccl-lib PATH    the NCCL library to load (default libnccl.so.2); with shared GPUs\n"
+          "                         (SYMM_TEST_SHARED_DEVICES=1) --vs-nccl needs one that accepts them: symmcomm's\n"
+          "                         libnccl.so.2 stand-in with SYMM_NCCL_MODE=symm (a smoke test of the NCCL columns)\n"
           "      --timeout S        longest wait for any GPU work or peer (default 300 s)\n"
           "      --require-gpu      exit 77 (CTest's 'skipped') instead of 0 when there is no usable GPU\n"
           "      --algos A,B,...    run every table once per algorithm, side by side in this process:\n"
           "                         symmCommSetAlgorithm with each (SYMM_ALGO's tokens joined by '+', e.g.\n"
           "                         classic,auto,twoshot+push,twoshot+pipe,p2p); NCCL runs with the first only\n"
+          "      --algos-for C=A,B  the same for collective C only, replacing --algos for it (repeatable), e.g.\n"
+          "                         --algos-for sendrecv=classic,auto,p2p --algos-for allgather=classic,auto\n"
           "      --self-test        check the data patterns and encoders on the host, then exit\n"
           "  -h, --help             this text\n"
           "\n"
@@ -247,6 +256,21 @@ static double parse_double(const char *s, const char *what, double lo, double hi
   return v;
 }
 
+/* "a,b+c,d": up to MAX_ALGOS entries, each SYMM_ALGO's tokens joined by '+'. */
+static void parse_algo_list(const char *what, const char *arg, char out[MAX_ALGOS][64], int *n) {
+  *n = 0;
+  for (const char *q = arg; *q;) {
+    const char *e = strchr(q, ',');
+    size_t len = e ? (size_t)(e - q) : strlen(q);
+    if (len == 0 || len >= sizeof out[0]) usage_error("%s: bad entry '%.*s'", what, (int)len, q);
+    if (*n == MAX_ALGOS) usage_error("%s: at most %d algorithms", what, MAX_ALGOS);
+    snprintf(out[(*n)++], sizeof out[0], "%.*s", (int)len, q);
+    if (!e) break;
+    q = e + 1;
+  }
+  if (*n == 0) usage_error("%s: no algorithm named", what);
+}
+
 static void parse_colls(const char *arg) {
   O.ncoll = 0;
   if (strcasecmp(arg, "all") == 0) {
@@ -277,6 +301,7 @@ enum {
   OPT_GRAPH_REPLAYS,
   OPT_SELF_TEST,
   OPT_ALGOS,
+  OPT_ALGOS_FOR,
 };
 
 static void parse_args(int argc, char **argv) {
@@ -314,6 +339,7 @@ static void parse_args(int argc, char **argv) {
       {"graph-replays", required_argument, NULL, OPT_GRAPH_REPLAYS},
       {"self-test", no_argument, NULL, OPT_SELF_TEST},
       {"algos", required_argument, NULL, OPT_ALGOS},
+      {"algos-for", required_argument, NULL, OPT_ALGOS_FOR},
       {NULL, 0, NULL, 0},
   };
   int ch;
@@ -369,17 +395,12 @@ static void parse_args(int argc, char **argv) {
       case OPT_TARGET_MS: O.target_ms = parse_double(optarg, "--target-ms", 0.01, 1e6); break;
       case OPT_GRAPH_REPLAYS: O.graph_replays = (int)parse_long(optarg, "--graph-replays", 1, 10000); break;
       case OPT_SELF_TEST: O.self_test = 1; break;
-      case OPT_ALGOS: {
-        O.nalgos = 0;
-        for (const char *q = optarg; *q;) {
-          const char *e = strchr(q, ',');
-          size_t len = e ? (size_t)(e - q) : strlen(q);
-          if (len == 0 || len >= sizeof O.algos[0]) usage_error("--algos: bad entry '%.*s'", (int)len, q);
-          if (O.nalgos == MAX_ALGOS) usage_error("--algos: at most %d algorithms", MAX_ALGOS);
-          snprintf(O.algos[O.nalgos++], sizeof O.algos[0], "%.*s", (int)len, q);
-          if (!e) break;
-          q = e + 1;
-        }
+      case OPT_ALGOS: parse_algo_list("--algos", optarg, O.algos, &O.nalgos); break;
+      case OPT_ALGOS_FOR: {
+        const char *eq = strchr(optarg, '=');
+        const int c = eq ? coll_by_name(optarg, (size_t)(eq - optarg)) : -1;
+        if (c < 0) usage_error("--algos-for: '%s' is not COLLECTIVE=ALGO,ALGO,...", optarg);
+        parse_algo_list("--algos-for", eq + 1, O.coll_algos[c], &O.coll_nalgos[c]);
         break;
       }
       case ':': usage_error("option %s needs a value", argv[optind - 1]);
@@ -1268,10 +1289,13 @@ static void run_collective(enum coll c, struct totals *all) {
   if (bd_pattern_make(&pat, O.type, coll_reduces(c), O.op, W.nranks, BD_PERIOD, coll_seed(c), err, sizeof err) != 0)
     die(NULL, "%s", err);
   static struct column nccl_cols[MAX_SIZES];
-  const int nalgos = O.nalgos ? O.nalgos : 1;
+  /* This collective's list (--algos-for), else --algos, else none. */
+  char(*algos)[64] = O.coll_nalgos[c] ? O.coll_algos[c] : O.algos;
+  const int listed = O.coll_nalgos[c] ? O.coll_nalgos[c] : O.nalgos;
+  const int nalgos = listed ? listed : 1;
   for (int ai = 0; ai < nalgos; ai++) {
-    const char *algo = O.nalgos ? O.algos[ai] : NULL;
-    if (O.nalgos) set_algo(algo);
+    const char *algo = listed ? algos[ai] : NULL;
+    if (listed) set_algo(algo);
     if (leader()) {
       print_table_header(c);
       if (algo) printf("# algorithm: %s (symmCommSetAlgorithm)%s\n", algo, O.vs_nccl && ai > 0 ? "; NCCL columns from the first table" : "");
@@ -1308,7 +1332,7 @@ static void run_collective(enum coll c, struct totals *all) {
     all->wrong += t.wrong;
     if (ai == 0) all->nccl_wrong += t.nccl_wrong;
   }
-  if (O.nalgos) set_algo(NULL);
+  if (listed) set_algo(NULL);
   bd_pattern_free(&pat);
 }
 
@@ -1364,6 +1388,7 @@ static void print_header(void) {
     printf("# NCCL: %s on %s, same streams; NCCL_NVLS_ENABLE=%s\n", O.nccl_inplace ? "in place" : "out of place",
            O.buffers == BUF_SYMMETRIC ? "its own cuMemAlloc buffers" : "the same cuMemAlloc buffers",
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)");
+  if (O.vs_nccl && O.nccl_lib) printf("# NCCL library: %s\n", O.nccl_lib);
   char a[32], b[32];
   human(O.minb, a, sizeof a);
   human(O.maxb, b, sizeof b);
@@ -1513,7 +1538,9 @@ int main(int argc, char **argv) {
                O.ngpus, ngpus);
       return no_gpu(what);
     }
-    if (O.vs_nccl) usage_error("--vs-nccl needs a GPU per rank (NCCL refuses ranks that share a GPU)");
+    if (O.vs_nccl && !O.nccl_lib)
+      usage_error("--vs-nccl needs a GPU per rank (NCCL refuses ranks that share a GPU), or --nccl-lib naming a "
+                  "library that accepts shared GPUs");
     fprintf(stderr, PROG ": %d ranks on %d GPU(s) (SYMM_TEST_SHARED_DEVICES=1): results are checked, timings mean "
             "nothing\n", O.ngpus, ngpus);
   }

@@ -29,6 +29,7 @@
 #include "symmcomm.h"
 #include "symmcomm_device.cuh"
 
+// [kernel:all_reduce_rms_norm] (c_tests/bench/device_bench times this block as it is)
 // Sum of v over the block, returned to every thread (blockDim.x a multiple
 // of 32, at most 1024); `scratch` holds 32 floats.
 __device__ float block_sum(float v, float* scratch) {
@@ -70,6 +71,7 @@ __global__ void all_reduce_add_rms_norm(symmDevComm dc, const __nv_bfloat16* x, 
   }
   symmDevBarrier(dc, blockIdx.x);  // no rank overwrites its x while a peer still reads it
 }
+// [/kernel:all_reduce_rms_norm]
 
 // ---- host -------------------------------------------------------------------
 

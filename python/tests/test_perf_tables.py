@@ -1,0 +1,242 @@
+"""scripts/perf-tables (the benchmarks' output as markdown tables) and
+scripts/device-measure (the multi-GPU measurement script), on the CPU.
+
+Samples: docs/perf/sweep-2xH200-2026-11-22.txt is a real capture of
+symm_bench (two H200s, NCCL in the same run); python/tests/data/ holds
+outputs formatted exactly as symm_bench (--algos-for, SYMM_TIMELINE=1),
+fused_bench and device_bench print them and the JSON the PyTorch
+benchmarks write, with made-up numbers.
+"""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+DATA = REPO / "python" / "tests" / "data"
+CAPTURE = REPO / "docs" / "perf" / "sweep-2xH200-2026-11-22.txt"
+SCRIPT = REPO / "scripts" / "perf-tables"
+
+
+def load_perf_tables():
+    loader = importlib.machinery.SourceFileLoader("perf_tables", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("perf_tables", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+pt = load_perf_tables()
+
+
+def section(md, heading):
+    """The text of the first section whose heading starts with `heading`."""
+    start = md.index(heading)
+    end = md.find("\n####", start + 1)
+    return md[start:end if end != -1 else len(md)]
+
+
+def test_sizes_and_numbers():
+    assert [pt.human(n) for n in (8, 1000, 65536, 1 << 20, 3 << 20, 1 << 30)] == \
+        ["8 B", "1000 B", "64 KiB", "1 MiB", "3 MiB", "1 GiB"]
+    assert pt.num("N/A") is None and pt.num("-") is None and pt.num("2.5") == 2.5
+    assert [pt.fmt_us(v) for v in (2.561, 123.45, 12345.6, None)] == ["2.56", "123.5", "12346", "—"]
+
+
+def test_real_capture_gives_the_documented_table():
+    """The capture behind docs/PERFORMANCE.md's tables comes out in their
+    format, with the same numbers."""
+    md = pt.render([str(CAPTURE)], full=True)
+    runs = pt.parse_symm_bench(CAPTURE.read_text())
+    assert len(runs) == 18 and all(r.status and "0 wrong elements: OK" in r.status for r in runs)
+    assert runs[0].nccl == "2.28.3" and runs[0].ranks == 2 and runs[0].gpus == ["NVIDIA H200"] * 2
+    assert len(runs[0].tables[0].rows) == 28
+    # docs/PERFORMANCE.md, "All-reduce, eager, one process per GPU, plain (staged) buffers":
+    docs = (REPO / "docs" / "PERFORMANCE.md").read_text()
+    for row in ("| 8 B | 4.32 | 0.00 | 4.61 | 0 | 10.33 | 0.00 | 2.39 |",
+                "| 1 GiB | 3223.4 | 333.11 | 3218.6 | 0 | 3270.8 | 328.28 | 1.01 |"):
+        assert row in docs and row in md
+    ab = section(md, "#### All-reduce, 2 ranks, eager, staged buffers")
+    assert "`build/c_tests/bench/symm_bench --vs-nccl -c allreduce`" in ab
+    assert "2026-11-22 05:23:51 UTC; 2 × NVIDIA H200; 2 ranks, eager, staged buffers" in ab
+    assert "NCCL 2.28.3" in ab
+    assert "| 1 GiB | 3270.8 | 3223.4 | 1.01 | `default` |" in ab
+    below = section(md, "#### Rows below 1.0× NCCL")
+    assert "| Send/recv (grouped ring, both directions at once), 2 ranks, graph-replayed, staged buffers | `default` | 1 GiB | 0.64 |" in below
+    assert "All-gather" not in below  # every all-gather row beats NCCL in that run
+    assert "WRONG" not in md
+
+
+def test_algorithms_side_by_side_and_timeline():
+    md = pt.render([str(DATA / "symm_bench_algos.txt")])
+    ab = section(md, "#### All-reduce, 4 ranks, graph-replayed, symmetric buffers")
+    head = next(line for line in ab.splitlines() if line.startswith("| size"))
+    assert head == ("| size | NCCL (µs) | `classic` (µs) | NCCL / `classic` | `auto` (µs) | NCCL / `auto` | "
+                    "`twoshot+push` (µs) | NCCL / `twoshot+push` | best |")
+    # NCCL's time over each algorithm's; the best ratio named.
+    assert "| 1 GiB | 3350.0 | 4400.0 | 0.76 | 3600.0 | 0.93 | 3150.0 | 1.06 | `twoshot+push` |" in ab
+    assert "| 64 KiB | 8.10 | 6.90 | 1.17 | 6.80 | 1.19 | 9.10 | 0.89 | `auto` |" in ab
+    below = section(md, "#### Rows below 1.0× NCCL")
+    assert "| `auto` | 1 GiB | 0.93 |" in below and "| `p2p` |" not in below
+    tl = section(md, "#### Per-phase timeline")
+    assert "SYMM_TIMELINE=1" in tl
+    assert "| All-reduce | symmetric | `twoshot+push` | 1 GiB | 128 | 3087.0 | start 0.4/1.1 copy-in 812.0/840.2" in tl
+    assert "| Send/recv | symmetric | `p2p` | 1 GiB | — | — | none (LL packets or send/recv: no synced kernel) |" in tl
+    # The timeline run has no A/B table of its own.
+    assert md.count("#### All-reduce, 4 ranks") == 1
+
+
+def test_cut_off_and_wrong_results_are_flagged(tmp_path):
+    lines = (DATA / "symm_bench_algos.txt").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  1073741824"))
+    cut = lines[:first]  # killed before the 1 GiB row of the first table
+    bad = [line.replace("       0      6.97", "      17      6.97") for line in cut]
+    (tmp_path / "cut.log").write_text("\n".join(bad) + "\n")
+    md = pt.render([str(tmp_path / "cut.log")])
+    assert "cut off before its end" in md
+    ab = section(md, "#### All-reduce, 4 ranks, graph-replayed, symmetric buffers")
+    assert "| 1 MiB | 14.60 | 13.10 | 1.11 | `classic` |" in ab and "| 1 GiB |" not in ab
+    wrong = section(md, "#### WRONG RESULTS")
+    assert "| `classic` | 64 KiB | 17 | 0 |" in wrong
+
+
+def test_without_nccl_the_ratio_is_to_the_first_algorithm(tmp_path):
+    text = (DATA / "symm_bench_algos.txt").read_text()
+    lines = []
+    for line in text.splitlines():
+        if pt.ROW_RE.match(line):
+            line = "  " + "  ".join(line.split()[:13])  # no NCCL columns
+        lines.append(line.replace(", NCCL 2.28.3", ""))
+    (tmp_path / "no_nccl.log").write_text("\n".join(lines) + "\n")
+    md = pt.render([str(tmp_path / "no_nccl.log")])
+    ab = section(md, "#### All-reduce, 4 ranks, graph-replayed, symmetric buffers")
+    assert "no NCCL columns" in ab
+    assert "| size | `classic` (µs) | classic / `classic` | `auto` (µs) | classic / `auto` |" in ab
+    assert "| 1 GiB | 4400.0 | 1.00 | 3600.0 | 1.22 | 3150.0 | 1.40 | `twoshot+push` |" in ab
+    assert "Rows below" not in md
+
+
+def test_device_api_tables():
+    md = pt.render([str(DATA / "device_bench.txt")])
+    one = section(md, "#### Device API: one-shot all-reduce")
+    assert "| size (B) | example (µs) | symmAllReduce (µs) | NCCL (µs) | symmAllReduce / example | NCCL / example | #wrong |" in one
+    assert "| 32 KiB | 4.40 | 3.30 | 6.90 | 0.75 | 1.57 | 0 |" in one
+    assert "`device_bench mp --nranks=4 --vs-nccl --maxbytes=64K --factor=64`" in one and "NCCL 2.28.3" in one
+    rms = section(md, "#### Device API: all-reduce + residual add + RMSNorm")
+    assert "| 32 KiB | 4 | 4096 | 5.00 | 6.40 | 9.90 | 1.28 | 1.98 | 0 |" in rms
+    assert "cut off" not in md and "FAILED" not in md
+
+
+def test_fused_ops_merged_with_pytorch():
+    md = pt.render([str(DATA / "fused_bench.txt"), str(DATA / "fused_torch.json")])
+    fused = section(md, "#### Fused matmul ops")
+    assert ("| all-gather-matmul | bf16 | 4 | 32768 × 8192 × 8192 | 1 | 690.5 | 560.2 | 555.0 | 637.4 | 556.7 | "
+            "1.24 | 1.08 |") in fused
+    assert "| matmul-reduce-scatter | bf16 | 4 | 32768 × 8192 × 16384 | 2 | 650.0 | 560.0 | 550.0 | — | — | 1.18 | — |" in fused
+    assert "fused_bench mp --nranks=4 --dtype=bf16 --vs-nccl" in fused
+    rest = section(md, "#### PyTorch's fused ops")
+    assert "| all-gather-matmul | e4m3 | 4 | 32768 × 8192 × 8192 | 1099.5 | 956.1 | 1.15 | 3.00e-02 |" in rest
+    assert "PyTorch 2.11.0, NCCL 2.28.3; symmetric-memory backend CUDA" in md
+
+
+def test_tp_mlp_with_and_without_the_preload():
+    md = pt.render([str(DATA / "tp_mlp_preloaded.json"), str(DATA / "tp_mlp_nccl.json")])
+    t = section(md, "#### PyTorch tensor-parallel MLP step")
+    assert "| 16 | 200.0 | 310.0 | 290.0 | 1.07 | 250.0 | 231.0 | 1.08 | 8.1e-07 |" in t
+    assert "Without: `torchrun" in t and "With: `LD_PRELOAD=/x/libsymmcomm_nccl.so torchrun" in t
+    # One run alone makes no table.
+    assert "tensor-parallel" not in pt.render([str(DATA / "tp_mlp_nccl.json")])
+    # tp_mlp_bench.py's own "table" mode agrees (it needs no torch for that).
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "tp_mlp_bench.py"), "table",
+                          str(DATA / "tp_mlp_nccl.json"), str(DATA / "tp_mlp_preloaded.json")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| 16 | 200.0 | 310.0 | 290.0 | 1.07 | 250.0 | 231.0 | 1.08 | 8.1e-07 |" in out
+
+
+def test_command_line(tmp_path):
+    machine = tmp_path / "machine.md"
+    machine.write_text("Machine: 4 × NVIDIA H200.\n")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--title", "T", "--machine", str(machine),
+                        str(DATA / "device_bench.txt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("# T\n") and "Machine: 4 × NVIDIA H200." in r.stdout
+    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "missing.log")], capture_output=True, text=True)
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_torch_benchmarks_compile():
+    for name in ("fused_torch_bench.py", "tp_mlp_bench.py"):
+        src = (REPO / "tests" / "torch" / name).read_text()
+        compile(src, name, "exec")
+
+
+SHELL_SCRIPTS = ["device-measure", "device-run", "perf-sweep"]
+
+
+@pytest.mark.parametrize("name", SHELL_SCRIPTS)
+def test_shell_scripts_parse(name):
+    subprocess.run(["bash", "-n", str(REPO / "scripts" / name)], check=True)
+
+
+def test_device_measure_is_shellcheck_clean():
+    sc = shutil.which("shellcheck")
+    if not sc:
+        pytest.skip("shellcheck is not installed")
+    r = subprocess.run([sc, str(REPO / "scripts" / "device-measure")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fused_bench", "device_bench")]
+
+
+@pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"]])
+def test_device_measure_dry_run(tmp_path, args):
+    """Every step of the tiers, printed; the C benchmarks run with their exact
+    arguments (without a GPU they check them and stop), so a bad option in
+    the script fails here rather than on the GPU machine."""
+    missing = [str(b) for b in BENCHES if not os.access(b, os.X_OK)]
+    if missing:
+        pytest.skip(f"the benchmarks are not built ({', '.join(missing)}; scripts/setup builds them)")
+    env = dict(os.environ, SYMM_MEASURE_TMP=str(tmp_path), OUT=str(tmp_path / "out"))
+    r = subprocess.run([str(REPO / "scripts" / "device-measure"), "--dry-run", *args], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [line for line in summary.splitlines() if line.startswith("-- ")]
+    assert steps and all(": ok" in line for line in steps), summary
+    names = [line.split(":")[0][3:] for line in steps]
+    if args == ["--smoke"]:
+        assert names == ["build", "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
+                         "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
+                         "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "tp_mlp_n1_nccl",
+                         "tp_mlp_n1_preloaded"]
+        log = (tmp_path / "symmcomm-measure-logs" / "measure" / "sweep_n2_staged_eager.log").read_text()
+        assert "--nccl-lib" in log and "SYMM_NCCL_MODE=symm" in log
+    elif args[-1] == "all":
+        assert "suite_n4" in names and "sweep_n4_symmetric_graph" in names and "timeline_n4_staged" in names
+        assert "fused_n4_e4m3" in names and "device_n2" in names and "device_n4" in names
+        assert "tp_mlp_n4_preloaded" in names
+    else:
+        assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
+    for f in ("tables.md", "tables-full.md", "measure.tgz"):
+        assert (tmp_path / "out" / f).is_file()
+
+
+def test_device_measure_refuses_more_ranks_than_gpus(tmp_path):
+    env = dict(os.environ, SYMM_MEASURE_TMP=str(tmp_path), OUT=str(tmp_path / "out"))
+    r = subprocess.run([str(REPO / "scripts" / "device-measure"), "--dry-run", "--gpus", "2", "sweep:4"], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "sweep:4: not run (needs 4 GPUs, the machine has 2)" in (tmp_path / "out" / "summary.txt").read_text()
+
+
+def test_data_files_are_what_the_tests_say():
+    docs = [json.loads((DATA / n).read_text()) for n in ("fused_torch.json", "tp_mlp_nccl.json", "tp_mlp_preloaded.json")]
+    assert [d["kind"] for d in docs] == ["fused_torch", "tp_mlp", "tp_mlp"]
+    assert CAPTURE.is_file()
