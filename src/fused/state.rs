@@ -19,8 +19,8 @@
 //! them when it loads a kernel (CUDA loads lazily, at the first launch, by
 //! default) and when it first sets up some kinds of work in a context. So
 //! every GEMM is primed before the call's first flag kernel (State::prime),
-//! State::new does its local setup and a first copy of each kind before
-//! the allocation, and a host step that still takes long is logged with
+//! State::new does its local setup and a first copy of each kind (local and
+//! from a peer) before the allocation, and a host step that still takes long is logged with
 //! its name (`slow`). Where several ranks share one context (the test-only
 //! shared-device mode driven by one thread), a rank's first launch also
 //! waits for the other ranks' spinning kernels; priming covers that as long
@@ -158,7 +158,7 @@ impl State {
         // thread may enqueue kernels that wait for this rank, and a driver
         // call that waits for the running kernels would then wait for them.
         // Every rank reaches the allocation even if this fails.
-        let local = State::local(&dev);
+        let local = State::local(comm);
         let bytes = config::get().fused_workspace_bytes;
         let ws = symmetric::alloc(&comm.mem, &comm.link, bytes, true)
             .map_err(|e| e.context(format!("allocating the fused ops' symmetric workspace (SYMM_FUSED_WORKSPACE_BYTES={bytes})")))?;
@@ -180,7 +180,8 @@ impl State {
     }
 
     /// Everything but the symmetric workspace.
-    fn local(dev: &Arc<Device>) -> Result<State> {
+    fn local(comm: &Comm) -> Result<State> {
+        let dev = &comm.device;
         let name = format!("{} (sm_{}{})", dev.name, dev.compute_capability.0, dev.compute_capability.1);
         let blas = Blas::new(name, BLAS_WORKSPACE)?;
         let cfg = config::get();
@@ -210,13 +211,21 @@ impl State {
             cu!(cuEventCreate(&mut e, 0x2))?; // CU_EVENT_DISABLE_TIMING
             state.events.push(e);
         }
-        // One copy of each kind the pipelines make (packed, and pitched,
-        // which the driver may run differently) on the stream that makes
-        // them, while nothing of ours can spin; in the compute stream's
-        // cuBLASLt workspace, which its first GEMM then waits for.
+        // One copy of each kind the pipelines make (packed and pitched,
+        // which the driver may run differently; from here and from a peer,
+        // read from its signal pad, mapped since the communicator was made)
+        // on the stream that makes them, while nothing of ours can spin.
+        // Into the compute stream's cuBLASLt workspace, which its first
+        // GEMM then waits for.
         let scratch = state.blas_ws[1].ptr;
-        state.copy_rows(scratch, 256, scratch + 4096, 256, 256, 2, On::Copy)?;
-        state.copy_rows(scratch, 192, scratch + 4096, 160, 144, 2, On::Copy)?;
+        let mut sources = vec![scratch + 4096];
+        if comm.nranks > 1 {
+            sources.push(comm.pads.local((comm.rank + 1) % comm.nranks, pad::FUSED_OFFSET));
+        }
+        for src in sources {
+            state.copy_rows(scratch, 256, src, 256, 256, 2, On::Copy)?;
+            state.copy_rows(scratch, 192, src, 160, 144, 2, On::Copy)?;
+        }
         state.order(On::Copy, On::Compute)?;
         Ok(state)
     }
