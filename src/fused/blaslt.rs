@@ -332,10 +332,6 @@ impl Blas {
         self.lib.version
     }
 
-    pub fn has_plan(&self, key: &GemmKey) -> bool {
-        self.plans.contains_key(key)
-    }
-
     /// Make (and cache) the plan of `key` without running it.
     pub fn make_plan(&mut self, key: &GemmKey) -> Result<()> {
         if !self.plans.contains_key(key) {

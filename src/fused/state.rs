@@ -20,12 +20,12 @@
 //! default) and when it first sets up some kinds of work in a context. So
 //! every GEMM is primed before the call's first flag kernel (State::prime),
 //! State::new does its local setup and a first copy of each kind (local and
-//! from a peer) before the allocation, and a host step that still takes long is logged with
-//! its name (`slow`). Where several ranks share one context (the test-only
-//! shared-device mode driven by one thread), a rank's first launch also
-//! waits for the other ranks' spinning kernels; priming covers that as long
-//! as the ranks' calls need the same kernels (same shapes and alignments),
-//! which the tests' calls do.
+//! from a peer) before the allocation, and a host step that still takes
+//! long is logged with its name (`slow`). Where several ranks share one
+//! context (the test-only shared-device mode driven by one thread), a
+//! rank's first launch also waits for the other ranks' spinning kernels;
+//! priming covers that as long as the ranks' calls need the same kernels
+//! (same shapes and alignments), which the tests' calls do.
 
 use std::collections::HashSet;
 use std::ffi::{c_void, CStr};
