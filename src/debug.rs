@@ -15,7 +15,8 @@ pub const SUBSYSTEMS: &[(&str, &[&str])] = &[
     ("BOOTSTRAP", &["symmcomm::bootstrap"]),
     ("CUDA", &["symmcomm::cuda"]),
     ("MEM", &["symmcomm::memory"]),
-    ("COLL", &["symmcomm::coll"]),
+    // The fused matmul ops are collectives too.
+    ("COLL", &["symmcomm::coll", "symmcomm::fused"]),
 ];
 
 static INIT: Once = Once::new();

@@ -13,9 +13,11 @@
  * --efficiency (one GPU, one rank): the pipeline's GEMM efficiency. For
  * each seed shape and each emulated rank count R (4 and 8), the op on a
  * one-rank communicator with the shard cut into R x c chunks, c being the
- * library's default chunks per rank at R ranks, against one monolithic
- * GEMM of the same total shape: efficiency = monolithic time / chunked
- * time. The chunks run as the pipeline runs them (the first on the
+ * chunks per rank the library runs at R ranks (all-gather-matmul: with a
+ * symmetric A and aGathered; matmul-reduce-scatter: one per destination
+ * unless SYMM_FUSED_WORKSPACE_BYTES bounds the rounds), against one
+ * monolithic GEMM of the same total shape: efficiency = monolithic time /
+ * chunked time. The chunks run as the pipeline runs them (the first on the
  * caller's stream, the rest on the compute stream, with the SMs the
  * pipeline leaves free).
  *
@@ -77,14 +79,54 @@ static int option(const char *arg, void *ctx) {
   return 0;
 }
 
-/* The library's default chunks per rank (src/fused/mod.rs default_chunks). */
-static size_t default_chunks(size_t rows, size_t inner, int rs) {
-  size_t want = (4096 + inner - 1) / inner;
-  if (want < 1) want = 1;
-  if (want > 8) want = 8;
-  if (rs && want < 2) want = 2;
-  size_t cap = rows / 128 ? rows / 128 : 1;
-  return want < cap ? want : cap;
+/* The library's chunking (src/fused), mirrored to report and emulate it. */
+static size_t chunk_rows(size_t rows, size_t chunks) {
+  if (chunks < 1) chunks = 1;
+  if (chunks > rows) chunks = rows ? rows : 1;
+  size_t per = (rows + chunks - 1) / chunks;
+  if (per >= 16) per = (per + 15) / 16 * 16;
+  if (per > rows) per = rows;
+  return per ? per : 1;
+}
+
+static size_t bounded_chunk_rows(size_t rows, size_t want, size_t fit) {
+  const size_t rc = chunk_rows(rows, want);
+  if (rc <= fit) return rc;
+  const size_t aim = fit >= 16 ? fit / 16 * 16 : fit ? fit : 1;
+  return chunk_rows(rows, (rows + aim - 1) / aim);
+}
+
+/* SYMM_FUSED_WORKSPACE_BYTES as src/config.rs reads it (1 MiB .. 64 GiB, else 256 MiB). */
+static size_t workspace_bytes(void) {
+  const char *e = getenv("SYMM_FUSED_WORKSPACE_BYTES");
+  const double v = e && *e ? strtod(e, NULL) : 0;
+  return v >= (double)(1 << 20) && v <= 68719476736.0 ? (size_t)v : (size_t)256 << 20;
+}
+
+/* Chunks per rank the library runs at R ranks for a shard of `rows` rows:
+ * all-gather-matmul ceil(4096 / n), at most 8, each >= 128 rows, with a
+ * symmetric A and aGathered (no workspace slots: src/fused/mod.rs
+ * default_chunks); matmul-reduce-scatter one per destination (or `want`)
+ * unless the workspace bounds the rounds (matmul_reduce_scatter.rs rounds):
+ * one round takes 2 + R partial slots, more take 2 + 2R. 0: refused. */
+static size_t lib_chunks(int rs, size_t rows, size_t n, size_t R, size_t want) {
+  if (!rs) {
+    if (want) return want;
+    size_t c = (4096 + n - 1) / n;
+    if (c > 8) c = 8;
+    const size_t cap = rows / 128 ? rows / 128 : 1;
+    return c < cap ? c : cap;
+  }
+  const size_t ws = workspace_bytes(), prow = n * (O.dtype == symmFloat32 ? 4 : 2);
+  if (!want) want = 1;
+  size_t rc = chunk_rows(rows, want);
+  const size_t slots = rc >= rows ? 2 + R : 2 + 2 * R;
+  if (rc > ws / (slots * prow)) {
+    const size_t fit = ws / ((2 + 2 * R) * prow);
+    if (!fit) return 0;
+    rc = bounded_chunk_rows(rows, want < 2 ? 2 : want, fit);
+  }
+  return (rows + rc - 1) / rc;
 }
 
 /* Random values in [-1, 1] of the benchmark's type, everywhere in [p, p + bytes). */
@@ -291,7 +333,7 @@ static void multi_rank(struct tw *w) {
         x.use_nccl = 0;
       }
       if (w->lead) {
-        const size_t c = O.chunks ? (size_t)O.chunks : default_chunks(rs ? M / N : M / N, rs ? x.k : n, rs);
+        const size_t c = lib_chunks(rs, M / N, n, N, (size_t)O.chunks);
         tw_log(w, "%-4s %-5s %7zu %6zu %6zu %6zu | %10.1f %10.1f %10.1f | %8.3f %8.3f", rs ? "mmrs" : "agmm", dname(), M,
                n, K, c, flop / tf / 1e9, flop / tu / 1e9, O.vs_nccl ? flop / tn / 1e9 : 0.0, tu / tf,
                O.vs_nccl ? tn / tf : 0.0);
@@ -303,9 +345,12 @@ static void multi_rank(struct tw *w) {
 /* One GPU: chunked as R ranks would chunk, against one GEMM. */
 static void efficiency(struct tw *w) {
   struct tw_rank *r = &w->r[0];
-  if (w->lead)
+  if (w->lead) {
+    tw_log(w, "chunked as R ranks chunk: all-gather-matmul with a symmetric A and aGathered, matmul-reduce-scatter "
+              "with SYMM_FUSED_WORKSPACE_BYTES=%zu%s", workspace_bytes(), O.chunks ? " and --chunks" : "");
     tw_log(w, "%-4s %-5s %7s %6s %6s %5s %7s | %10s %10s | %s", "op", "type", "M", "N", "K", "ranks", "chunks",
            "one GEMM", "pipeline", "efficiency (TFLOP/s per GPU)");
+  }
   for (int s = 0; s < O.nshapes; s++)
     for (int rs = 0; rs < 2; rs++) {
       if ((rs && !O.rs) || (!rs && !O.ag)) continue;
@@ -314,7 +359,11 @@ static void efficiency(struct tw *w) {
         /* The per-rank GEMMs at R ranks: all-gather: M x n x K in R shards;
          * reduce-scatter: M x n x (K / R) in R destination blocks. */
         struct run x = {.rs = rs, .ms = M, .n = n, .k = rs ? K / R : K};
-        const size_t per = O.chunks ? (size_t)O.chunks : default_chunks(M / R, rs ? x.k : n, rs);
+        const size_t per = lib_chunks(rs, M / R, n, (size_t)R, (size_t)O.chunks);
+        if (!per) {
+          if (w->lead) tw_log(w, "mmrs %s %7zu %6zu %6zu %5d: one row does not fit the workspace, skipped", dname(), M, n, x.k, R);
+          continue;
+        }
         setup(w, &x);
         const double flop = 2.0 * (double)M * (double)n * (double)x.k;
         x.chunks = 1;

@@ -591,6 +591,10 @@ static void body(struct tw *w, void *ctx) {
       {"fp32-tf32", T_F32, T_F32, T_F32, 0, 96, 80, 48, 0, 4, 0, 0.f, 0, 2, 0, 0},
       {"fp8-tensor", T_E4M3, T_E4M3, T_BF16, 1, 64, 128, 64, 0, 0, 0, 0.f, 1, 2, 0, 0},
       {"fp8-rowwise", T_E4M3, T_E4M3, T_BF16, 1, 64, 128, 128, 0, 0, 0, 0.f, 2, 2, 0, 0},
+      /* The default chunking: one round, or, where the workspace cannot
+       * hold (2 + nranks) partial blocks of 320 KiB (the 1 MiB
+       * registration), the fewest balanced rounds that fit. */
+      {"default-rounds", T_BF16, T_BF16, T_BF16, 1, 320, 512, 64, 0, 0, 8, 0.5f, 0, 0, 1, 0},
   };
   const size_t nag = sizeof ag / sizeof ag[0], nrs = sizeof rs / sizeof rs[0];
   for (size_t i = 0; i < nag; i++)

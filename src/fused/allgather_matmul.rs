@@ -28,7 +28,7 @@ use cudarc::driver::sys::CUstream;
 use super::blaslt::{pointer_align, GemmKey, GemmPtrs, Scale};
 use super::desc::Matmul;
 use super::state::{self, hash32, On, State, SLOT_EVENTS};
-use super::{chunk_rows, default_chunks, FUSED_ALLGATHER_MATMUL};
+use super::{bounded_chunk_rows, chunk_rows, default_chunks, FUSED_ALLGATHER_MATMUL};
 use crate::comm::Comm;
 use crate::error::{bail, Result};
 
@@ -164,7 +164,7 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
     let Some(avail) = st.ws_bytes.checked_sub(scale_bytes) else {
         bail!(symmNotSupported, "row-wise scales of {ms} rows need {scale_bytes} bytes of fused workspace; raise SYMM_FUSED_WORKSPACE_BYTES ({})", st.ws_bytes);
     };
-    let want = if m.chunks > 0 { m.chunks } else { default_chunks(ms, call.n, false) };
+    let want = if m.chunks > 0 { m.chunks } else { default_chunks(ms, call.n) };
     let mut rc = chunk_rows(ms, want);
     if slots > 0 {
         let fit = avail / (slots * row_bytes);
@@ -176,9 +176,7 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
                 st.ws_bytes
             );
         }
-        if rc > fit {
-            rc = if fit >= 16 { fit / 16 * 16 } else { fit };
-        }
+        rc = bounded_chunk_rows(ms, want, fit);
     }
     let chunks = ms.div_ceil(rc);
     let token = direct.map_or(0, |e| hash32(&[e.id, call.a - e.start]) | 1);
@@ -202,17 +200,16 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
     let c_row = |row: usize| call.c + (row * m.ldc * es_c) as u64;
     let gathered_base = if ring { ws } else { m.a_gathered };
     let chunk_key = |rows: usize| key(m, call.n, k, rows, k, m.ldc, [gathered_base, call.b, call.c], target);
-    // Load every GEMM kernel of the call before any flag kernel can spin
-    // (CUDA may load a kernel lazily, and loading can wait for the
-    // context's running kernels).
-    for rows in [rc, rows_of(chunks - 1)] {
-        st.prime(&chunk_key(rows), m, call.b)?;
-    }
-    // The local GEMM's key holds this rank's own pointer alignments, which
-    // may differ from the other ranks': prime it too, so no rank of a
-    // one-process group loads a GEMM kernel while another's flag kernel spins.
+    // Load every GEMM kernel of the call before any flag kernel can spin:
+    // CUDA loads a kernel lazily at its first launch, and loading waits for
+    // the context's running kernels, so a first launch after this rank's
+    // sync kernel would wait for the peers, which may be driven by this
+    // very thread (see State::prime). The local GEMM too: its key holds
+    // this rank's own alignments.
     let local = key(m, call.n, k, ms, m.lda, m.ldc, [call.a, call.b, call.c], target);
-    st.prime(&local, m, call.b)?;
+    for key in [chunk_key(rc), chunk_key(rows_of(chunks - 1)), local] {
+        st.prime(&key, m, call.b, m.beta)?;
+    }
     st.fork()?;
     // This rank's rows: no data to wait for.
     gemm(st, &local, m, call.a, call.b, c_row(me * ms), m.a_scale, m.beta, On::Caller)?;

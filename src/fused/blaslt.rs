@@ -332,10 +332,6 @@ impl Blas {
         self.lib.version
     }
 
-    pub fn has_plan(&self, key: &GemmKey) -> bool {
-        self.plans.contains_key(key)
-    }
-
     /// Make (and cache) the plan of `key` without running it.
     pub fn make_plan(&mut self, key: &GemmKey) -> Result<()> {
         if !self.plans.contains_key(key) {
@@ -351,9 +347,32 @@ impl Blas {
     /// comment) on `stream`, with `workspace` (workspace_bytes) for
     /// cuBLASLt. The plan for `key` is made at its first use.
     pub fn gemm(&mut self, key: &GemmKey, p: &GemmPtrs, beta: f32, workspace: u64, stream: CUstream) -> Result<()> {
+        self.gemm_rows(key, key.m, p, beta, workspace, stream)
+    }
+
+    // As above.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    /// `key`'s GEMM on only its first `rows` rows (of A and C), with the
+    /// algorithm chosen for the whole shape: the same kernels, on less
+    /// data. State::prime uses it to load a large GEMM's kernels.
+    pub fn gemm_rows(&mut self, key: &GemmKey, rows: u64, p: &GemmPtrs, beta: f32, workspace: u64, stream: CUstream) -> Result<()> {
         self.make_plan(key)?;
         let plan = &self.plans[key];
         let f = &self.lib.fns;
+        // Fewer rows: A's and C's layouts for them (cuBLASLt's B and C).
+        let mut fewer = Layouts { lib: self.lib, raw: [std::ptr::null_mut(); 2] };
+        let (b_layout, c_layout) = if rows < key.m {
+            // SAFETY: out pointers for two layouts, destroyed by `fewer`.
+            unsafe {
+                let a = (f.layout_create)(&mut fewer.raw[0], cuda_type(key.a_type), key.k, rows, key.lda as i64);
+                self.lib.check(a, "cublasLtMatrixLayoutCreate")?;
+                let c = (f.layout_create)(&mut fewer.raw[1], cuda_type(key.c_type), key.n, rows, key.ldc as i64);
+                self.lib.check(c, "cublasLtMatrixLayoutCreate")?;
+            }
+            (fewer.raw[0], fewer.raw[1])
+        } else {
+            (plan.layouts[1], plan.layouts[2])
+        };
         if key.scale != Scale::None {
             // cuBLASLt's A is our B and its B our A.
             for (attr, ptr) in [
@@ -366,8 +385,9 @@ impl Blas {
             }
         }
         let alpha = 1.0f32;
-        // SAFETY: descriptors and algo made for this key; device pointers
-        // checked by the caller; host scalars live across the call.
+        // SAFETY: descriptors and algo made for this key (or its first
+        // rows); device pointers checked by the caller; host scalars live
+        // across the call.
         let s = unsafe {
             (f.matmul)(
                 self.handle,
@@ -376,12 +396,12 @@ impl Blas {
                 p.b as *const c_void,
                 plan.layouts[0],
                 p.a as *const c_void,
-                plan.layouts[1],
+                b_layout,
                 (&beta as *const f32).cast(),
                 p.c as *const c_void,
-                plan.layouts[2],
+                c_layout,
                 p.c as *mut c_void,
-                plan.layouts[2],
+                c_layout,
                 &plan.algo,
                 workspace as *mut c_void,
                 plan.workspace,
@@ -540,6 +560,24 @@ impl Drop for Pref {
         if !self.raw.is_null() {
             // SAFETY: made by cublasLtMatmulPreferenceCreate, unused now.
             unsafe { (self.lib.fns.pref_destroy)(self.raw) };
+        }
+    }
+}
+
+/// Matrix layouts made for one enqueue (Blas::gemm_rows), destroyed after.
+struct Layouts {
+    lib: &'static Library,
+    raw: [Desc; 2],
+}
+
+impl Drop for Layouts {
+    fn drop(&mut self) {
+        for l in self.raw {
+            if !l.is_null() {
+                // SAFETY: made by cublasLtMatrixLayoutCreate; cuBLASLt has
+                // read it when cublasLtMatmul returned.
+                unsafe { (self.lib.fns.layout_destroy)(l) };
+            }
         }
     }
 }

@@ -27,25 +27,30 @@ pub mod state;
 pub(crate) const FUSED_ALLGATHER_MATMUL: u32 = 7;
 pub(crate) const FUSED_MATMUL_REDUCE_SCATTER: u32 = 8;
 
-/// Default pipeline chunks per rank's shard, before the workspace bound.
+/// Default pipeline chunks per rank's shard for all-gather-matmul, before
+/// the workspace bound.
 ///
 /// Prediction (H100/H200 class; bf16 ~700 TFLOP/s, one copy-engine pull
 /// ~400 GB/s; fp8 and TF32 scale bytes and FLOP rate together, so the
-/// same holds): moving one shard takes about 1750 / `inner` of the time of
-/// its GEMM, where `inner` is n for all-gather-matmul (bytes per row k,
-/// FLOPs per row 2nk) and kShard for matmul-reduce-scatter (bytes per row
-/// n, FLOPs 2nk). Below ~4096 the first remote chunk would arrive after the
-/// local GEMM ends, so the shard is cut into ceil(4096 / inner) chunks (at
-/// most 8) and the first remote GEMM waits for a fraction of it. Reduce-
-/// scatter always takes at least 2: its last round's reduction is exposed,
-/// and halving it pays for one more GEMM launch. Chunks keep >= 128 rows
-/// so every GEMM still fills the GPU. Measure before changing: see
-/// docs/PERFORMANCE.md.
-pub fn default_chunks(rows: usize, inner: usize, reduce_scatter: bool) -> usize {
-    let by_ratio = 4096usize.div_ceil(inner.max(1)).clamp(1, 8);
-    let want = if reduce_scatter { by_ratio.max(2) } else { by_ratio };
-    want.min((rows / 128).max(1))
+/// same holds): moving one shard takes about 1750 / n of the time of its
+/// GEMM (bytes per row k, FLOPs per row 2nk). Below n ~ 4096 the first
+/// remote chunk would arrive after the local GEMM ends, so the shard is
+/// cut into ceil(4096 / n) chunks (at most 8) and the first remote GEMM
+/// waits for a fraction of it. Chunks keep >= 128 rows so every GEMM still
+/// fills the GPU. Measured on one H100 (docs/PERFORMANCE.md): 96-102 % of
+/// one GEMM at the seed shapes.
+pub fn default_chunks(rows: usize, n: usize) -> usize {
+    4096usize.div_ceil(n.max(1)).clamp(1, 8).min((rows / 128).max(1))
 }
+
+/// Default chunks per destination rank for matmul-reduce-scatter: one.
+/// Each destination's partial already is a pipeline stage (its push
+/// overlaps the next destination's GEMM), so more chunks only add GEMMs:
+/// measured on one H100 (docs/PERFORMANCE.md), one chunk per destination
+/// keeps 94-97 % of one GEMM at m = 32768, n = 8192, kShard 2048 and 1024,
+/// where 2-4 chunks per destination gave 81-95 %. The workspace may still
+/// force more (see `bounded_chunk_rows` and matmul_reduce_scatter).
+pub(crate) const REDUCE_SCATTER_DEFAULT_CHUNKS: usize = 1;
 
 /// Rows per chunk for `rows` rows in `chunks` chunks: a multiple of 16
 /// where the shard allows (row-wise scales and fp8 operands stay 16-byte
@@ -59,18 +64,51 @@ pub fn chunk_rows(rows: usize, chunks: usize) -> usize {
     }
 }
 
+/// Rows per chunk for `rows` rows in `want` chunks, where at most `fit`
+/// rows fit a workspace slot (`fit` >= 1). When the slots force smaller
+/// chunks, the shard is cut into the fewest chunks that fit and those are
+/// balanced (not `fit`-row chunks and a sliver: a tail GEMM of a few rows
+/// costs a launch and a wave for nothing).
+pub fn bounded_chunk_rows(rows: usize, want: usize, fit: usize) -> usize {
+    let rc = chunk_rows(rows, want);
+    if rc <= fit {
+        return rc;
+    }
+    // chunk_rows rounds up to a multiple of 16: aim below a multiple of 16
+    // that fits, so the rounding cannot push a chunk past `fit`.
+    let aim = if fit >= 16 { fit / 16 * 16 } else { fit.max(1) };
+    chunk_rows(rows, rows.div_ceil(aim))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn default_chunk_counts() {
-        assert_eq!(default_chunks(8192, 8192, false), 1);
-        assert_eq!(default_chunks(8192, 2048, false), 2);
-        assert_eq!(default_chunks(8192, 512, false), 8);
-        assert_eq!(default_chunks(8192, 8192, true), 2);
-        assert_eq!(default_chunks(100, 512, false), 1, "a small shard is one GEMM");
-        assert_eq!(default_chunks(300, 512, true), 2);
+        assert_eq!(default_chunks(8192, 8192), 1);
+        assert_eq!(default_chunks(8192, 2048), 2);
+        assert_eq!(default_chunks(8192, 512), 8);
+        assert_eq!(default_chunks(100, 512), 1, "a small shard is one GEMM");
+        assert_eq!(default_chunks(300, 512), 2);
+        assert_eq!(REDUCE_SCATTER_DEFAULT_CHUNKS, 1);
+    }
+
+    #[test]
+    fn bounded_chunks_fit_and_balance() {
+        // Unbounded: as asked.
+        assert_eq!(bounded_chunk_rows(8192, 1, 10_000), 8192);
+        assert_eq!(bounded_chunk_rows(8192, 4, 10_000), 2048);
+        // 1638 rows fit: six balanced chunks of 1376 (the last 1312), not
+        // five of 1632 and one of 32.
+        assert_eq!(bounded_chunk_rows(8192, 1, 1638), 1376);
+        for (rows, want, fit) in [(8192, 1, 1638), (300, 1, 17), (300, 4, 15), (100, 1, 1), (4096, 2, 1170), (1000, 3, 16)] {
+            let rc = bounded_chunk_rows(rows, want, fit);
+            assert!(rc >= 1 && rc <= fit && rc <= rows, "{rows} rows, {want} wanted, {fit} fit: {rc}");
+            let chunks = rows.div_ceil(rc);
+            let fewest = rows.div_ceil(fit);
+            assert!(chunks <= fewest + 1, "{rows} rows, {fit} fit: {chunks} chunks of {rc}, {fewest} would do");
+        }
     }
 
     #[test]

@@ -9,9 +9,28 @@
 //! it (they do anyway; the fused calls are collectives), a thread driving
 //! several ranks makes it inside symmGroupStart/End, and it cannot be
 //! captured into a graph (it allocates). Later calls only enqueue.
+//!
+//! Never block the host once a flag kernel may spin. A rank's call enqueues
+//! kernels that wait for its peers, and a thread driving several ranks
+//! reaches the next rank's call only when this one returns; so no driver
+//! call after a rank's first flag kernel (nor, in State::new, after the
+//! collective allocation, when a peer's thread may already be enqueueing)
+//! may wait for the device's running kernels. The driver does wait for
+//! them when it loads a kernel (CUDA loads lazily, at the first launch, by
+//! default) and when it first sets up some kinds of work in a context. So
+//! every GEMM is primed before the call's first flag kernel (State::prime),
+//! State::new does its local setup and a first copy of each kind (local and
+//! from a peer) before the allocation, and a host step that still takes
+//! long is logged with its name (`slow`). Where several ranks share one
+//! context (the test-only shared-device mode driven by one thread), a
+//! rank's first launch also waits for the other ranks' spinning kernels;
+//! priming covers that as long as the ranks' calls need the same kernels
+//! (same shapes and alignments), which the tests' calls do.
 
+use std::collections::HashSet;
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUevent, CUstream};
 use parking_lot::MutexGuard;
@@ -86,6 +105,8 @@ pub struct State {
     pub sm_target: u32,
     /// The caller's stream of the call being enqueued.
     caller: CUstream,
+    /// GEMMs run once already (key, beta != 0): their kernels are loaded.
+    primed: HashSet<(GemmKey, bool)>,
 }
 
 // SAFETY: driver handles, used under the communicator's fused lock.
@@ -132,19 +153,38 @@ impl State {
     fn new(comm: &Comm) -> Result<State> {
         let dev = comm.device.clone();
         let _cur = dev.make_current()?;
+        // Local setup first (see the module comment): once this rank is
+        // through the collective allocation below, a peer driven by another
+        // thread may enqueue kernels that wait for this rank, and a driver
+        // call that waits for the running kernels would then wait for them.
+        // Every rank reaches the allocation even if this fails.
+        let local = State::local(comm);
+        let bytes = config::get().fused_workspace_bytes;
+        let ws = symmetric::alloc(&comm.mem, &comm.link, bytes, true)
+            .map_err(|e| e.context(format!("allocating the fused ops' symmetric workspace (SYMM_FUSED_WORKSPACE_BYTES={bytes})")))?;
+        // A local failure leaves the workspace with the communicator (freed
+        // when it is destroyed).
+        let mut state = local?;
+        let off = ws - comm.mem.space.slot(comm.rank);
+        for (r, p) in state.ws_peers.iter_mut().enumerate().take(comm.nranks) {
+            *p = comm.mem.space.slot(r) + off;
+        }
+        state.ws = ws;
+        state.ws_bytes = bytes;
+        log::info!(
+            target: "symmcomm::fused",
+            "rank {}: fused ops ready (cuBLASLt {}, {} MiB symmetric workspace at {ws:#x})",
+            comm.rank, state.blas.version(), bytes >> 20
+        );
+        Ok(state)
+    }
+
+    /// Everything but the symmetric workspace.
+    fn local(comm: &Comm) -> Result<State> {
+        let dev = &comm.device;
         let name = format!("{} (sm_{}{})", dev.name, dev.compute_capability.0, dev.compute_capability.1);
         let blas = Blas::new(name, BLAS_WORKSPACE)?;
         let cfg = config::get();
-        // The symmetric workspace first: it is collective, and every rank
-        // must reach it even if a local step below would fail.
-        let bytes = cfg.fused_workspace_bytes;
-        let ws = symmetric::alloc(&comm.mem, &comm.link, bytes, true)
-            .map_err(|e| e.context(format!("allocating the fused ops' symmetric workspace (SYMM_FUSED_WORKSPACE_BYTES={bytes})")))?;
-        let off = ws - comm.mem.space.slot(comm.rank);
-        let mut ws_peers = [0u64; MAX_RANKS];
-        for (r, p) in ws_peers.iter_mut().enumerate().take(comm.nranks) {
-            *p = comm.mem.space.slot(r) + off;
-        }
         let (mut least, mut greatest) = (0, 0);
         cu!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest))?;
         let mut state = State {
@@ -153,12 +193,13 @@ impl State {
             compute: std::ptr::null_mut(),
             copy: std::ptr::null_mut(),
             events: Vec::new(),
-            blas_ws: [DeviceBuffer::zeroed(&dev, BLAS_WORKSPACE)?, DeviceBuffer::zeroed(&dev, BLAS_WORKSPACE)?],
-            ws,
-            ws_peers,
-            ws_bytes: bytes,
+            blas_ws: [DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?, DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?],
+            ws: 0,
+            ws_peers: [0; MAX_RANKS],
+            ws_bytes: 0,
             sm_target: (dev.sm_count as u32).saturating_sub(cfg.fused_reserve_sms).max(1),
             caller: std::ptr::null_mut(),
+            primed: HashSet::new(),
         };
         // Non-blocking: never ordered behind the legacy default stream.
         // The copy stream carries the flag kernels: high priority, so they
@@ -170,11 +211,22 @@ impl State {
             cu!(cuEventCreate(&mut e, 0x2))?; // CU_EVENT_DISABLE_TIMING
             state.events.push(e);
         }
-        log::info!(
-            target: "symmcomm::fused",
-            "rank {}: fused ops ready (cuBLASLt {}, {} MiB symmetric workspace at {ws:#x})",
-            comm.rank, state.blas.version(), bytes >> 20
-        );
+        // One copy of each kind the pipelines make (packed and pitched,
+        // which the driver may run differently; from here and from a peer,
+        // read from its signal pad, mapped since the communicator was made)
+        // on the stream that makes them, while nothing of ours can spin.
+        // Into the compute stream's cuBLASLt workspace, which its first
+        // GEMM then waits for.
+        let scratch = state.blas_ws[1].ptr;
+        let mut sources = vec![scratch + 4096];
+        if comm.nranks > 1 {
+            sources.push(comm.pads.local((comm.rank + 1) % comm.nranks, pad::FUSED_OFFSET));
+        }
+        for src in sources {
+            state.copy_rows(scratch, 256, src, 256, 256, 2, On::Copy)?;
+            state.copy_rows(scratch, 192, src, 160, 144, 2, On::Copy)?;
+        }
+        state.order(On::Copy, On::Compute)?;
         Ok(state)
     }
 
@@ -226,26 +278,47 @@ impl State {
     pub fn gemm(&mut self, key: &GemmKey, p: &GemmPtrs, beta: f32, on: On) -> Result<()> {
         let ws = self.blas_ws[(on == On::Compute) as usize].ptr;
         let stream = self.stream(on);
-        self.blas.gemm(key, p, beta, ws, stream)
+        let blas = &mut self.blas;
+        slow("cublasLtMatmul", || blas.gemm(key, p, beta, ws, stream))
     }
 
-    /// Make `key`'s plan and, the first time, run it once on the caller's
-    /// stream with A and C in the workspace (garbage in, garbage out; B and
-    /// the scales are the call's), so that its kernels are loaded before
-    /// the call enqueues anything that waits for a peer.
-    pub fn prime(&mut self, key: &GemmKey, m: &super::desc::Matmul, b: u64) -> Result<()> {
-        if self.blas.has_plan(key) {
+    /// Load the kernels of `key`'s GEMM with this `beta` before the call
+    /// enqueues anything that waits for a peer (see the module comment):
+    /// make the plan and, the first time, run it on the caller's stream
+    /// with A and C in the symmetric workspace, at the key's alignments
+    /// (garbage in, garbage out; B and the scales are the call's). cuBLASLt
+    /// may launch other kernels when beta != 0 (a split-K reduction that
+    /// reads C, say), so each kind of beta is primed. Only as many rows as
+    /// fit the workspace run: the same algorithm, so the same kernels. The
+    /// workspace is free here: peers touch it only after this call's start
+    /// sync, and the previous call's end barrier is ordered before. Under
+    /// capture nothing runs: a graph's kernels load when it is
+    /// instantiated, before any replay can spin.
+    pub fn prime(&mut self, key: &GemmKey, m: &super::desc::Matmul, b: u64, beta: f32) -> Result<()> {
+        let tag = (*key, beta != 0.0);
+        if self.primed.contains(&tag) {
             return Ok(());
         }
-        use super::desc::Matmul;
-        let (rows, n, k) = (key.m as usize, key.n as usize, key.k as usize);
-        let a_bytes = Matmul::extent(rows, k, key.lda as usize, key.a_type.size())?;
-        let c_bytes = Matmul::extent(rows, n, key.ldc as usize, key.c_type.size())?;
-        if a_bytes.max(c_bytes) > self.ws_bytes {
-            return self.blas.make_plan(key);
+        self.blas.make_plan(key)?;
+        if is_capturing(self.caller)? {
+            return Ok(());
         }
-        let p = GemmPtrs { a: self.ws, b, c: self.ws, a_scale: m.a_scale, b_scale: m.b_scale };
-        self.gemm(key, &p, 0.0, On::Caller)
+        // The workspace is at least 256-byte aligned: an offset of `align`
+        // bytes gives a pointer aligned exactly as the key says.
+        let at = |align: u32| if align >= 256 { 0u64 } else { align as u64 };
+        let (a_at, c_at) = (at(key.align[0]), at(key.align[2]));
+        let row_bytes = (key.lda as usize * key.a_type.size()).max(key.ldc as usize * key.c_type.size()).max(1);
+        let rows = (key.m as usize).min(self.ws_bytes.saturating_sub(512) / row_bytes);
+        if rows == 0 {
+            log::debug!(target: "symmcomm::fused", "one row of {key:?} does not fit the workspace: not primed");
+            return Ok(());
+        }
+        let p = GemmPtrs { a: self.ws + a_at, b, c: self.ws + c_at, a_scale: m.a_scale, b_scale: m.b_scale };
+        let (ws, stream) = (self.blas_ws[0].ptr, self.caller);
+        let blas = &mut self.blas;
+        slow("priming a cuBLASLt GEMM", || blas.gemm_rows(key, rows as u64, &p, beta, ws, stream))?;
+        self.primed.insert(tag);
+        Ok(())
     }
 
     /// `rows` rows of `width` bytes, on the copy engines.
@@ -255,8 +328,7 @@ impl State {
             return Ok(());
         }
         if dpitch == width && spitch == width {
-            cu!(cuMemcpyDtoDAsync_v2(dst, src, width * rows, self.stream(on)))?;
-            return Ok(());
+            return slow("cuMemcpyDtoDAsync", || Ok(cu!(cuMemcpyDtoDAsync_v2(dst, src, width * rows, self.stream(on)))?));
         }
         let p = sys::CUDA_MEMCPY2D {
             srcXInBytes: 0,
@@ -276,14 +348,15 @@ impl State {
             WidthInBytes: width,
             Height: rows,
         };
-        cu!(cuMemcpy2DAsync_v2(&p, self.stream(on)))?;
-        Ok(())
+        slow("cuMemcpy2DAsync", || Ok(cu!(cuMemcpy2DAsync_v2(&p, self.stream(on)))?))
     }
 
     fn launch<T>(&self, kernel: &'static CStr, grid: u32, block: u32, args: &mut T, on: On) -> Result<()> {
         let f = self.device.module().function(kernel)?;
         let mut params = [(args as *mut T).cast::<c_void>()];
-        launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream(on), &mut params)
+        slow(kernel.to_str().unwrap_or("a kernel launch"), || {
+            launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream(on), &mut params)
+        })
     }
 
     /// Start sync on the copy stream: meet every rank and compare `desc`.
@@ -351,6 +424,28 @@ impl Drop for State {
             }
         }
     }
+}
+
+/// A host step of an enqueue that took this long waited for the device.
+const SLOW_HOST_STEP: Duration = Duration::from_millis(500);
+
+/// Run one host step of an enqueue and warn, naming it, when it held the
+/// thread: an enqueue returns in microseconds unless the driver waited for
+/// running kernels (see the module comment), and a thread that drives
+/// several ranks then stalls until this rank's waits for its peers time out.
+fn slow<T>(what: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+    let start = Instant::now();
+    let out = step();
+    let took = start.elapsed();
+    if took > SLOW_HOST_STEP {
+        log::warn!(
+            target: "symmcomm::fused",
+            "{what} held the host for {:.2} s while enqueueing a fused op: the driver waited for running kernels \
+             (a kernel loaded at its first launch?); a thread driving several ranks stalls like this until the flag waits time out",
+            took.as_secs_f64()
+        );
+    }
+    out
 }
 
 /// A device buffer of this communicator's GPU: a symmetric or registered
