@@ -477,7 +477,11 @@ fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
 }
 
 fn mismatch_error(s: &Status) -> Error {
-    if fused_op_name(s.mine[0] >> 24).is_none() && (s.mine[0] ^ s.theirs[0]) & 0x00ff_0000 != 0 {
+    // Blame the kernel only when the calls are otherwise the same: ranks that
+    // called different collectives (or counts, types) often pick different
+    // kernels too, and then the call is what the user must fix.
+    let same_call = (s.mine[0] ^ s.theirs[0]) & !0x00ff_0000 == 0 && s.mine[1..3] == s.theirs[1..3];
+    if same_call && fused_op_name(s.mine[0] >> 24).is_none() && (s.mine[0] ^ s.theirs[0]) & 0x00ff_0000 != 0 {
         return err!(
             symmInvalidUsage,
             "rank {} and rank {} disagree on the kernel of {}: this rank ran {}, rank {} ran {}; set SYMM_ALGO (or \
@@ -812,6 +816,18 @@ mod tests {
             assert_eq!(e.code, symmResult_t::symmInvalidUsage);
             assert!(e.msg.contains("ranks 0 and 1"), "{}", e.msg);
         }
+    }
+
+    #[test]
+    fn mismatch_blames_the_kernel_only_for_the_same_call() {
+        let status = |mine: [u32; 4], theirs: [u32; 4]| Status { rank: 1, peer: 0, mine, theirs, ..Default::default() };
+        // All-reduce (id 0) of 1024 int32, sum: two-shot (1) against pipelined two-shot (33).
+        let call = |proto: u32, dtype: u32| [proto << 16, 1024, dtype << 8, 0];
+        let e = mismatch_error(&status(call(1, 2), call(33, 2)));
+        assert!(e.msg.contains("disagree on the kernel"), "{}", e.msg);
+        // Different datatypes that also picked different kernels: the call is named.
+        let e = mismatch_error(&status(call(1, 2), call(33, 7)));
+        assert!(e.msg.contains("collective mismatch"), "{}", e.msg);
     }
 
     #[test]

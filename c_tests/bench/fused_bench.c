@@ -147,6 +147,8 @@ static void fill_random(const struct tw_rank *r, CUdeviceptr p, size_t bytes, ui
     size_t n = bytes - off < sizeof tile ? bytes - off : sizeof tile;
     TW_CU(tu_cu.cuMemcpyHtoD(p + off, tile, n));
   }
+  /* From pageable memory the last DMA may land after the call returns. */
+  TW_CU(tu_cu.cuCtxSynchronize());
 }
 
 static CUdeviceptr dalloc(const struct tw_rank *r, size_t bytes) {

@@ -186,6 +186,27 @@ impl AlgoCell {
     }
 }
 
+/// What `auto` means at each rank count, chosen from the A/B sweep on
+/// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
+/// the classic copy and reduction loops beat the balanced, deep ones at
+/// every size for all-reduce, reduce-scatter, all-gather and all-to-all
+/// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
+/// peer). From three ranks the new loops stay the default (not yet measured
+/// on several GPUs).
+fn default_algo(chosen: Algo, nranks: usize) -> Algo {
+    if chosen == Algo::AUTO && nranks == 2 {
+        Algo { classic: true, ..Algo::AUTO }
+    } else {
+        chosen
+    }
+}
+
+/// From this size a two-rank all-reduce whose send and recv buffers are
+/// both symmetric/registered runs the two-shot push kernel by default:
+/// 1.02-1.60x NCCL from 1 MiB to 1 GiB on 2 x H200 against 0.88-1.21x for
+/// the one-shot (docs/PERFORMANCE.md).
+pub(crate) const TWO_RANK_PUSH_MIN_BYTES: u64 = 1 << 20;
+
 /// Data bytes one LL slot holds (one rank's contribution to one call).
 pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
@@ -226,8 +247,12 @@ pub struct Call<'a> {
     pub send_buf: Option<BufferEntry>,
     /// ... and the one holding the output.
     pub recv_buf: Option<BufferEntry>,
-    /// The communicator's algorithm choice for this call.
+    /// The algorithm for this call: the communicator's choice, or where
+    /// that is `auto`, the measured defaults (`default_algo`).
     pub algo: Algo,
+    /// The communicator's choice was `auto`: collectives may apply their
+    /// measured per-size defaults (e.g. the two-rank push all-reduce).
+    pub defaulted: bool,
 }
 
 impl Call<'_> {
@@ -598,7 +623,8 @@ impl Request {
             stream,
             send_buf,
             recv_buf,
-            algo: comm.coll.algo.get(),
+            algo: default_algo(comm.coll.algo.get(), comm.nranks),
+            defaulted: comm.coll.algo.get() == Algo::AUTO,
         }))
     }
 }
@@ -725,6 +751,15 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_PIPE, symmDataType_t::symmBfloat16), c"symm_allreduce_pipe_bf16");
         assert!(opt_in_dtype(symmDataType_t::symmFloat32) && !opt_in_dtype(symmDataType_t::symmInt32));
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
+    }
+
+    #[test]
+    fn measured_defaults_apply_to_auto_only() {
+        assert_eq!(default_algo(Algo::AUTO, 2), Algo { classic: true, ..Algo::AUTO });
+        assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
+        assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
+        let chosen = Algo::parse("twoshot+pipe").unwrap();
+        assert_eq!(default_algo(chosen, 2), chosen);
     }
 
     #[test]

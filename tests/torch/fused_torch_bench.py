@@ -62,15 +62,19 @@ def enable_symm_mem(group_name):
     (later ones deprecate it as unnecessary). Returns the backend in use."""
     import torch.distributed._symmetric_memory as symm_mem
 
-    if hasattr(symm_mem, "set_backend"):
+    get = getattr(symm_mem, "get_backend", None)
+    device = torch.device("cuda", torch.cuda.current_device())
+    current = get(device) if get is not None else None
+    # When CUDA is already the default, PyTorch registers it directly and not
+    # as a selectable backend, so set_backend("CUDA") would fail.
+    if hasattr(symm_mem, "set_backend") and current != "CUDA":
         symm_mem.set_backend("CUDA")
     fn = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if fn is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fn(group_name)
-    get = getattr(symm_mem, "get_backend", None)
-    backend = get(torch.device("cuda", torch.cuda.current_device())) if get is not None else None
+    backend = get(device) if get is not None else None
     return backend or "CUDA (the default)"
 
 
