@@ -91,22 +91,24 @@ def worker(rank, world, port, outdir):
         y = torch.empty_like(x)
         dist.all_to_all_single(y, x)
         keep(f"all_to_all/{dtype}", x, y)
-    # send/recv and batch_isend_irecv (a ring)
-    x = make(rank, torch.float32, 65537, 777).to(dev)
-    y = torch.empty_like(x)
-    if rank == 0:
-        dist.send(x, dst=1)
-        dist.recv(y, src=1)
-    elif rank == 1:
-        dist.recv(y, src=0)
-        dist.send(x, dst=0)
-    else:
-        y.copy_(x)
-    keep("send_recv", x, y)
-    ops = [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, y, (rank - 1) % world)]
-    for req in dist.batch_isend_irecv(ops):
-        req.wait()
-    keep("batch_isend_irecv", x, y)
+    # send/recv and batch_isend_irecv (a ring); one rank has no peer (PyTorch
+    # would wait for a second rank that never comes).
+    if world > 1:
+        x = make(rank, torch.float32, 65537, 777).to(dev)
+        y = torch.empty_like(x)
+        if rank == 0:
+            dist.send(x, dst=1)
+            dist.recv(y, src=1)
+        elif rank == 1:
+            dist.recv(y, src=0)
+            dist.send(x, dst=0)
+        else:
+            y.copy_(x)
+        keep("send_recv", x, y)
+        ops = [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, y, (rank - 1) % world)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        keep("batch_isend_irecv", x, y)
     # new_group: the even ranks (and all ranks)
     for ranks in ([r for r in range(world) if r % 2 == 0], list(range(world))):
         grp = dist.new_group(ranks)
