@@ -11,7 +11,7 @@ use super::{
     even_rounds, opt_in_dtype, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, FAMILY_ALLREDUCE_PIPE,
     FAMILY_ALLREDUCE_PUSH, TWO_RANK_PUSH_MIN_BYTES, TWO_SHOT_MIN_BYTES,
 };
-use crate::cuda::abi::{MODE_CLASSIC, MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
+use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
 
 pub fn all_reduce(call: &Call) -> Result<()> {
@@ -38,8 +38,6 @@ pub fn all_reduce(call: &Call) -> Result<()> {
         // rank only in slice j (kernels/allreduce_push.cu).
         let mut p = call.args();
         if call.direct(&mut p) && call.direct_output(&mut p) {
-            // The push kernel as measured: its own loops, never the classic ones.
-            p.mode &= !MODE_CLASSIC;
             p.mode |= MODE_TWO_SHOT | MODE_PUSH | MODE_END_SYNC;
             let grid = call.grid(bytes);
             return call.launch(reduce_kernel(FAMILY_ALLREDUCE_PUSH, call.dtype), grid, &mut p);

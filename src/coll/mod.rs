@@ -611,6 +611,7 @@ impl Request {
         } else {
             check_buffer(comm, self.recv, recv_bytes, "recvbuff")?
         };
+        let chosen = comm.coll.algo.get();
         Ok(Some(Call {
             comm,
             coll: self.coll,
@@ -623,8 +624,8 @@ impl Request {
             stream,
             send_buf,
             recv_buf,
-            algo: default_algo(comm.coll.algo.get(), comm.nranks),
-            defaulted: comm.coll.algo.get() == Algo::AUTO,
+            algo: default_algo(chosen, comm.nranks),
+            defaulted: chosen == Algo::AUTO,
         }))
     }
 }
