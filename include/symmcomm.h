@@ -489,11 +489,11 @@ typedef struct {
  */
 typedef struct {
   /**
-   * `SYMM_DEVICE_API_VERSION` of this layout.
+   * `SYMM_DEVICE_API_VERSION` of the layout written: the caller's (`req->apiVersion`).
    */
   uint32_t version;
   /**
-   * `sizeof(symmDevComm)` of this layout.
+   * `sizeof(symmDevComm)` of that layout (`req->devCommSize`): bytes written.
    */
   uint32_t size;
   /**

@@ -73,7 +73,8 @@
  * API major version 1 (the static_asserts below pin every field). A kernel
  * compiled against this header keeps working with later libraries of the
  * same major version; symmDevCommCreate refuses headers of another major
- * version or a newer minor one. The status record (symmDevStatus) is part
+ * version or a newer minor one, and writes the caller's layout only (its
+ * version and size, never a later minor version's appended fields). The status record (symmDevStatus) is part
  * of the same frozen ABI: device-API failures are written with op = 6
  * (SYMM_DEV_STATUS_OP) and
  *   detail  = function << 24 | slot   (a wait; functions numbered below)

@@ -117,9 +117,9 @@ pub const SYMM_DEV_STATUS_OP: c_int = 6;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct symmDevComm {
-    /// `SYMM_DEVICE_API_VERSION` of this layout.
+    /// `SYMM_DEVICE_API_VERSION` of the layout written: the caller's (`req->apiVersion`).
     pub version: u32,
-    /// `sizeof(symmDevComm)` of this layout.
+    /// `sizeof(symmDevComm)` of that layout (`req->devCommSize`): bytes written.
     pub size: u32,
     /// This rank.
     pub rank: c_int,
@@ -327,8 +327,10 @@ pub fn create(comm: &Comm, req: Result<symmDevCommRequirements>) -> Result<symmD
     comm.dev_comms.lock().insert(handle, addr);
     let at = |off: usize| addr + off as u64;
     let dc = symmDevComm {
-        version: SYMM_DEVICE_API_VERSION as u32,
-        size: std::mem::size_of::<symmDevComm>() as u32,
+        // The caller's layout (checked above to be one this library knows):
+        // a later minor version appends fields the caller has no room for.
+        version: req.apiVersion,
+        size: req.devCommSize,
         rank: comm.rank as c_int,
         nRanks: nranks as c_int,
         symmBase: comm.mem.space.slot(0),

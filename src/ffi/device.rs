@@ -11,9 +11,12 @@ struct Out(*mut symmDevComm);
 // SAFETY: the caller keeps the output alive until symmGroupEnd returns.
 unsafe impl Send for Out {}
 impl Out {
+    /// Writes the caller's `v.size` bytes of `v` (its header's layout, at
+    /// most this library's), never more.
     /// SAFETY: the pointer was checked non-null and is still valid.
     unsafe fn write(self, v: symmDevComm) {
-        self.0.write(v)
+        let n = (v.size as usize).min(std::mem::size_of::<symmDevComm>());
+        std::ptr::copy_nonoverlapping((&v as *const symmDevComm).cast::<u8>(), self.0.cast::<u8>(), n);
     }
 }
 
@@ -74,4 +77,25 @@ pub extern "C" fn symmDevCommDestroy(comm: symmComm_t, devComm: *const symmDevCo
             run()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_only_the_callers_layout() {
+        // A caller whose header's symmDevComm is 64 bytes: nothing past them is touched.
+        let mut buf = [0xAAu8; std::mem::size_of::<symmDevComm>() + 16];
+        // SAFETY: all-zero bytes are a valid symmDevComm (integers and null pointers).
+        let mut dc: symmDevComm = unsafe { std::mem::zeroed() };
+        dc.version = 100;
+        dc.size = 64;
+        dc.rank = 3;
+        // SAFETY: buf is larger than a symmDevComm; the write copies 64 bytes.
+        unsafe { Out(buf.as_mut_ptr().cast()).write(dc) };
+        assert_eq!(&buf[..4], &100u32.to_ne_bytes());
+        assert_eq!(&buf[8..12], &3i32.to_ne_bytes());
+        assert!(buf[64..].iter().all(|&b| b == 0xAA));
+    }
 }
