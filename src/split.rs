@@ -123,9 +123,11 @@ pub fn shrink(parent: &Comm, exclude: &[i32], cfg: Result<ChildConfig>, abort_pa
     if abort_parent {
         parent.abort_device();
     }
+    // Take the sequence number first: a rank whose arguments fail below
+    // stays in step with the ranks that went on, for the parent's later calls.
+    let seq = parent.mem.next_op_seq();
     let plan = plan_shrink(parent.nranks, parent.rank, exclude)?;
     let settings = cfg?.settings(parent);
-    let seq = parent.mem.next_op_seq();
     let child = make_child(parent, &plan, seq, settings)?;
     log::info!(
         target: "symmcomm::init",

@@ -95,11 +95,16 @@ fn decode_config(config: *const symmConfig_t) -> Result<ChildConfig> {
     if size < HEADER_END {
         bail!(symmInvalidArgument, "config->size is {size}; it must be sizeof(symmConfig_t)");
     }
-    // SAFETY: the caller's struct is `size` bytes; fields it lacks are not read.
-    let field = |end: usize, v: fn(&symmConfig_t) -> i64| if size >= end { v(unsafe { &*config }) } else { SYMM_CONFIG_UNDEF };
-    let scratch = field(24, |c| c.scratchBytes);
-    let timeout = field(32, |c| c.timeoutMs);
-    let copy = field(40, |c| c.copyEngine);
+    // Each field is read through the raw pointer, only when the caller's
+    // struct (`size` bytes) holds it: no reference spans a shorter struct.
+    let field = |end: usize, v: unsafe fn(*const symmConfig_t) -> i64| {
+        // SAFETY: non-null, and the field ends within the caller's `size` bytes.
+        if size >= end { unsafe { v(config) } } else { SYMM_CONFIG_UNDEF }
+    };
+    // SAFETY (the three readers): called by `field` only when the field is in bounds.
+    let scratch = field(24, |c| unsafe { std::ptr::addr_of!((*c).scratchBytes).read_unaligned() });
+    let timeout = field(32, |c| unsafe { std::ptr::addr_of!((*c).timeoutMs).read_unaligned() });
+    let copy = field(40, |c| unsafe { std::ptr::addr_of!((*c).copyEngine).read_unaligned() });
     let mut out = ChildConfig::default();
     if scratch != SYMM_CONFIG_UNDEF {
         if !(1 << 20..=4 << 30).contains(&scratch) {
