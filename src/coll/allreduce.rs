@@ -31,8 +31,10 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let in_place = call.send == call.recv;
     // The opt-in kernels exist for 16- and 32-bit floats (opt_in_dtype).
     let opt_in = opt_in_dtype(call.dtype);
-    // The measured two-rank default for symmetric send and recv (mod.rs).
-    let default_push = call.defaulted && n == 2 && bytes >= TWO_RANK_PUSH_MIN_BYTES;
+    // The measured two-rank default (mod.rs), in place only: there the
+    // output's class is the input's, which every rank must match anyway,
+    // so ranks cannot pick different kernels over their recvbuffs' classes.
+    let default_push = call.defaulted && n == 2 && in_place && bytes >= TWO_RANK_PUSH_MIN_BYTES;
     if (two_shot && algo.push || default_push) && opt_in {
         // Safe in place too: rank j reads and writes element i of every
         // rank only in slice j (kernels/allreduce_push.cu).

@@ -201,8 +201,9 @@ fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     }
 }
 
-/// From this size a two-rank all-reduce whose send and recv buffers are
-/// both symmetric/registered runs the two-shot push kernel by default:
+/// From this size a two-rank all-reduce in place in a symmetric/registered
+/// buffer runs the two-shot push kernel by default (out of place the
+/// ranks' recvbuff classes could differ, and with them the kernel):
 /// 1.02-1.60x NCCL from 1 MiB to 1 GiB on 2 x H200 against 0.88-1.21x for
 /// the one-shot (docs/PERFORMANCE.md).
 pub(crate) const TWO_RANK_PUSH_MIN_BYTES: u64 = 1 << 20;
