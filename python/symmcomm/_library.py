@@ -81,9 +81,8 @@ c_int, c_size_t, c_uint32, c_char_p, c_void_p = ctypes.c_int, ctypes.c_size_t, c
 
 #: Every C function the package calls, with its signature. The tests parse
 #: include/symmcomm.h and check that each prototype there is here with the
-#: same argument types; entries not yet in the header (split, fused ops)
-#: follow the signatures fixed for them, and calling one that the loaded
-#: library lacks raises SymmNotSupportedError.
+#: same argument types, and the other way round. Calling one that the
+#: loaded library lacks (an older libsymmcomm) raises SymmNotSupportedError.
 FUNCTIONS: list[Function] = [
     Function("symmGetVersion", symmResult_t, [P(c_int)]),
     Function("symmGetErrorString", c_char_p, [symmResult_t]),
@@ -145,14 +144,6 @@ FUNCTIONS: list[Function] = [
              [buffer_t, buffer_t, buffer_t, c_size_t, c_size_t, c_size_t, P(symmMatmulDesc_t), symmComm_t,
               cudaStream_t]),
 ]
-
-#: Functions added by later versions of the C API than the foundation; the
-#: package works without them and says so when one is called.
-LATER_FUNCTIONS = frozenset({
-    "symmCommSplit", "symmConfigInit", "symmCommShrink", "symmMatmulDescInit", "symmAllGatherMatmul",
-    "symmMatmulReduceScatter", "symmCommSetAlgorithm", "symmCommGetTimeline", "symmDevCommCreate",
-    "symmDevCommDestroy",
-})
 
 
 # ------------------------------------------------------------ discovery ---

@@ -296,5 +296,10 @@ def pop_scope(entries: list) -> None:
     stack = getattr(_SCOPES, "stack", [])
     if stack and stack[-1] is entries:
         stack.pop()
-    elif entries in stack:
-        stack.remove(entries)
+    else:
+        # By identity: `in`/remove compare lists by value, and two empty
+        # scopes are equal, so they could drop another (outer) scope.
+        for i, e in enumerate(stack):
+            if e is entries:
+                del stack[i]
+                break

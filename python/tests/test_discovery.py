@@ -153,6 +153,5 @@ def test_library_object(lib, built_library):
     assert lib.version_code == 100 * int(lib.version.split(".")[1]) + int(lib.version.split(".")[2])
     assert repr(lib).startswith("SymmLibrary(")
     for f in L.FUNCTIONS:
-        if f.name not in L.LATER_FUNCTIONS:
-            assert lib.has(f.name), f.name
-    assert set(lib.missing) <= L.LATER_FUNCTIONS
+        assert lib.has(f.name), f.name
+    assert lib.missing == []

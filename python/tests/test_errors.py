@@ -113,6 +113,9 @@ def test_group_calls_balance(lib):
             raise KeyError("body")
     symmcomm.group_start(lib)
     symmcomm.group_end(lib)
+    # Every level above was closed: one more end has no start to match.
+    with pytest.raises(symmcomm.SymmInvalidUsageError):
+        symmcomm.group_end(lib)
 
 
 def _has_cuda_driver() -> bool:

@@ -30,7 +30,7 @@ LIMIT=${SYMMCOMM_GPU_STAGE_TIMEOUT:-480}
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [[ $NGPU -lt 1 ]]; then
   echo "skipped: no CUDA device (nvidia-smi lists none)"
-  exit 0
+  exit 77   # not a pass: callers tell a skip from a run
 fi
 echo "== symmcomm Python GPU pass: $NGPU GPU(s); library ${SYMMCOMM_LIBRARY:-(package search)}"
 
