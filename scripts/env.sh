@@ -45,5 +45,7 @@ NCCL_HOME="$PWD/.toolchain/nccl/nvidia/nccl"   # include/nccl.h, lib/libnccl.so.
 
 # pytest for the Python package's tests (python/tests), when the machine's
 # python3 has none: pinned with its dependencies, into .toolchain/pytest.
-PYTEST_PIP_PINS=("pytest==8.3.5" "pluggy==1.5.0" "iniconfig==2.0.0" "packaging==24.2")
+# pytest 8.3 also needs exceptiongroup and tomli before Python 3.11 (installed with --no-deps).
+PYTEST_PIP_PINS=("pytest==8.3.5" "pluggy==1.5.0" "iniconfig==2.0.0" "packaging==24.2"
+                 "exceptiongroup==1.2.2; python_version < '3.11'" "tomli==2.2.1; python_version < '3.11'")
 PYTEST_HOME="$PWD/.toolchain/pytest"
