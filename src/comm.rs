@@ -280,8 +280,9 @@ impl Comm {
         Err(match s.error {
             abi::DEV_TIMEOUT => err!(
                 symmTimeout,
-                "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s); the communicator is unusable, abort it",
-                s.rank, s.peer, self.timeout_ns as f64 / 1e9
+                "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s; wait detail {:#x}, \
+                 the kernel's code for which wait); the communicator is unusable, abort it",
+                s.rank, s.peer, self.timeout_ns as f64 / 1e9, s.detail
             ),
             abi::DEV_ABORTED => err!(symmRemoteError, "rank {}: {op} stopped because the communicator was aborted", s.rank),
             abi::DEV_MISMATCH => mismatch_error(&s),

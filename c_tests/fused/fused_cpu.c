@@ -129,5 +129,9 @@ int main(int argc, char **argv) {
   /* The rest of the library is unaffected. */
   int v = 0;
   CHECK(symmGetVersion(&v) == symmSuccess && v > 0, "symmGetVersion after a refused fused call");
+  symmUniqueId id;
+  symmResult_t idrc = symmGetUniqueId(&id);
+  CHECK(idrc == symmSuccess, "symmGetUniqueId after a refused fused call: %s (%s)", tu_result_name(idrc),
+        symmGetLastError(NULL));
   return tu_finish("fused_cpu");
 }

@@ -152,11 +152,12 @@ int main(int argc, char** argv) {
   int nranks = 2, iters = 6;
   size_t count = 1 << 20, chunk = 16 << 10;
   for (int a = 1; a < argc; ++a) {
-    if (sscanf(argv[a], "--nranks=%d", &nranks) == 1 && nranks >= 1 && nranks <= 8) continue;
+    // A ring needs a neighbour: with one rank nobody would signal the waits.
+    if (sscanf(argv[a], "--nranks=%d", &nranks) == 1 && nranks >= 2 && nranks <= 8) continue;
     if (sscanf(argv[a], "--count=%zu", &count) == 1 && count > 0) continue;
     if (sscanf(argv[a], "--chunk=%zu", &chunk) == 1 && chunk > 0) continue;
     if (sscanf(argv[a], "--iters=%d", &iters) == 1 && iters > 0) continue;
-    fprintf(stderr, "usage: %s [--nranks=1..8] [--count=ELEMS] [--chunk=ELEMS] [--iters=K]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--nranks=2..8] [--count=ELEMS] [--chunk=ELEMS] [--iters=K]\n", argv[0]);
     return 2;
   }
   int pipes[8][2];
