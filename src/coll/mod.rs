@@ -583,12 +583,7 @@ impl Request {
             Some(r) if r >= 0 && (r as usize) < comm.nranks => r as usize,
             Some(r) => bail!(symmInvalidArgument, "root {r} is out of range for {} ranks", comm.nranks),
         };
-        if comm.is_aborted() {
-            bail!(symmInvalidUsage, "the communicator was aborted");
-        }
-        if let Err(e) = comm.async_error() {
-            bail!(symmInvalidUsage, "the communicator has an asynchronous error and must be aborted: {}", e.msg);
-        }
+        comm.check_usable()?;
         let bytes = |blocks: Blocks| -> Result<usize> {
             let blocks = blocks.resolve(comm, root);
             self.count
@@ -602,7 +597,7 @@ impl Request {
         if self.count == 0 {
             return Ok(None);
         }
-        let send_buf = if send_bytes > 0 { check_buffer(comm, self.send, send_bytes, "sendbuff")? } else { None };
+        let send_buf = if send_bytes > 0 { comm.check_buffer(self.send, send_bytes, "sendbuff")? } else { None };
         // In place the output is the input, already checked.
         let same = send_bytes == recv_bytes && self.send == self.recv as *const c_void;
         let recv_buf = if recv_bytes == 0 {
@@ -610,7 +605,7 @@ impl Request {
         } else if same {
             send_buf
         } else {
-            check_buffer(comm, self.recv, recv_bytes, "recvbuff")?
+            comm.check_buffer(self.recv, recv_bytes, "recvbuff")?
         };
         let chosen = comm.coll.algo.get();
         Ok(Some(Call {
@@ -629,24 +624,6 @@ impl Request {
             defaulted: chosen == Algo::AUTO,
         }))
     }
-}
-
-/// A non-null buffer of `bytes` usable by this rank's GPU: a symmetric or
-/// registered buffer (returned), or plain device memory of this GPU.
-fn check_buffer(comm: &Comm, ptr: *const c_void, bytes: usize, name: &str) -> Result<Option<BufferEntry>> {
-    if ptr.is_null() {
-        bail!(symmInvalidArgument, "{name} is NULL");
-    }
-    if let Some(e) = comm.mem.find(ptr as u64, bytes as u64) {
-        return Ok(Some(e));
-    }
-    let checks = &comm.coll.checks;
-    if !comm.coll.check && checks.knows_range(ptr as u64, bytes as u64) {
-        return Ok(None);
-    }
-    let range = launch::check_device_buffer(&comm.device, ptr, bytes, name)?;
-    checks.remember_range(range);
-    Ok(None)
 }
 
 /// What the per-call checks of plain buffers and streams learned, so a
@@ -683,9 +660,41 @@ impl CheckCache {
     }
 }
 
+/// The per-call checks every collective and fused op makes of its
+/// communicator, stream and buffers.
 impl Comm {
+    /// Refuse a communicator that was aborted or has an asynchronous error.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.is_aborted() {
+            bail!(symmInvalidUsage, "the communicator was aborted");
+        }
+        if let Err(e) = self.async_error() {
+            bail!(symmInvalidUsage, "the communicator has an asynchronous error and must be aborted: {}", e.msg);
+        }
+        Ok(())
+    }
+
+    /// A non-null buffer of `bytes` usable by this rank's GPU: a symmetric
+    /// or registered buffer (returned), or plain device memory of this GPU
+    /// (cached, see [`CheckCache`]).
+    pub(crate) fn check_buffer(&self, ptr: *const c_void, bytes: usize, name: &str) -> Result<Option<BufferEntry>> {
+        if ptr.is_null() {
+            bail!(symmInvalidArgument, "{name} is NULL");
+        }
+        if let Some(e) = self.mem.find(ptr as u64, bytes as u64) {
+            return Ok(Some(e));
+        }
+        let checks = &self.coll.checks;
+        if !self.coll.check && checks.knows_range(ptr as u64, bytes as u64) {
+            return Ok(None);
+        }
+        let range = launch::check_device_buffer(&self.device, ptr, bytes, name)?;
+        checks.remember_range(range);
+        Ok(None)
+    }
+
     /// Reject a stream of another device (cached, see [`CheckCache`]).
-    fn check_stream(&self, stream: CUstream) -> Result<()> {
+    pub(crate) fn check_stream(&self, stream: CUstream) -> Result<()> {
         let checks = &self.coll.checks;
         if !self.coll.check && !stream.is_null() && checks.knows_stream(stream) {
             return Ok(());

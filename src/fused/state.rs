@@ -43,7 +43,7 @@ use crate::cuda::buffer::DeviceBuffer;
 use crate::cuda::cu;
 use crate::cuda::device::Device;
 use crate::cuda::launch::{self, LaunchConfig};
-use crate::error::{bail, Error, Result};
+use crate::error::{bail, Result};
 use crate::memory::{pad, symmetric};
 use crate::types::symmDataType_t;
 
@@ -448,31 +448,17 @@ fn slow<T>(what: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
     out
 }
 
-/// A device buffer of this communicator's GPU: a symmetric or registered
-/// one (returned), or plain device memory.
-pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<Option<crate::memory::index::BufferEntry>> {
-    if ptr == 0 {
-        bail!(symmInvalidArgument, "{name} is NULL");
-    }
-    if let Some(e) = comm.mem.find(ptr, bytes as u64) {
-        return Ok(Some(e));
-    }
-    launch::check_device_buffer(&comm.device, ptr as *const c_void, bytes, name)?;
-    Ok(None)
+/// The state every fused call requires of the communicator: the
+/// collectives' checks (cached driver queries).
+pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
+    comm.check_usable()?;
+    comm.check_stream(stream)
 }
 
-/// The state every fused call requires of the communicator.
-pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
-    if comm.is_aborted() {
-        bail!(symmInvalidUsage, "the communicator was aborted");
-    }
-    if let Err(e) = comm.async_error() {
-        return Err(Error::new(
-            crate::error::symmResult_t::symmInvalidUsage,
-            format!("the communicator has an asynchronous error and must be aborted: {}", e.msg),
-        ));
-    }
-    launch::check_stream(&comm.device, stream)
+/// A device buffer of this communicator's GPU (symmetric, registered or
+/// plain), checked as the collectives check theirs.
+pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<()> {
+    comm.check_buffer(ptr as *const c_void, bytes, name).map(|_| ())
 }
 
 /// 32-bit FNV-1a of some words, for the call descriptors.
