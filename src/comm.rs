@@ -726,11 +726,7 @@ pub fn host_hash() -> u64 {
     // SAFETY: the buffer is valid for its length.
     unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
     let boot_id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    fnv1a(name.iter().copied().take_while(|&c| c != 0).chain(boot_id))
-}
-
-fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    crate::fnv::fnv1a64(name.iter().copied().take_while(|&c| c != 0).chain(boot_id))
 }
 
 fn put_str(b: &mut Vec<u8>, s: &str) {

@@ -21,6 +21,7 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 pub mod error;
+mod fnv;
 pub mod types;
 pub mod config;
 pub mod debug;

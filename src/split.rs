@@ -428,9 +428,7 @@ fn describe(s: &CommSettings) -> String {
     )
 }
 
-fn fnv(words: impl Iterator<Item = u64>) -> u64 {
-    words.flat_map(|w| w.to_le_bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
+use crate::fnv::fnv1a64_words as fnv;
 
 #[cfg(test)]
 mod tests {

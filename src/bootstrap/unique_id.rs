@@ -121,15 +121,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-/// FNV-1a, 64-bit. Every step is a bijection of the state, so changing any
-/// single byte always changes the result: every 1-bit corruption is caught.
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in bytes {
-        h ^= u64::from(x);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+/// The checksum: FNV-1a changes with any single byte, so every 1-bit
+/// corruption is caught.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    crate::fnv::fnv1a64(bytes.iter().copied())
 }
 
 /// A random, non-zero u64 from the kernel (getrandom, then /dev/urandom).

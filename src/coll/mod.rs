@@ -462,10 +462,7 @@ pub(crate) fn even_rounds(count: u64, max_chunk: u64, step: u64) -> u64 {
 }
 
 fn fnv(words: &[u64]) -> u64 {
-    words
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    crate::fnv::fnv1a64_words(words.iter().copied())
 }
 
 /// Per-communicator state of the collectives, made at init.

@@ -461,11 +461,8 @@ pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<(
     comm.check_buffer(ptr as *const c_void, bytes, name).map(|_| ())
 }
 
-/// 32-bit FNV-1a of some words, for the call descriptors.
+/// FNV-1a of some words folded to 32 bits, for the call descriptors.
 pub fn hash32(words: &[u64]) -> u32 {
-    let h = words
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    let h = crate::fnv::fnv1a64_words(words.iter().copied());
     (h as u32) ^ (h >> 32) as u32
 }
