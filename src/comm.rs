@@ -455,24 +455,30 @@ fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
     s + ")"
 }
 
-/// Ids 7 and 8 of call descriptors are the fused matmul ops (src/fused
-/// writes them; this module only names them, to stay below it).
+/// The fused matmul ops' descriptor ids (src/fused writes them; this
+/// module only names them, to stay below it).
 fn fused_op_name(id: u32) -> Option<&'static str> {
     match id {
-        7 => Some("symmAllGatherMatmul"),
-        8 => Some("symmMatmulReduceScatter"),
+        abi::DESC_ALLGATHER_MATMUL => Some("symmAllGatherMatmul"),
+        abi::DESC_MATMUL_REDUCE_SCATTER => Some("symmMatmulReduceScatter"),
         _ => None,
     }
 }
 
-/// The kernel protocol in a descriptor (SYMM_COLL_PROTO_BITS >> 2, bits 16-23 of word 0).
+/// The kernel protocol in a descriptor (bits 16-23 of word 0, abi::desc_protocol).
 fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
+    use abi::{desc_protocol, MODE_PIPE, MODE_PUSH, MODE_TWO_SHOT};
+    const ONE_SHOT: u32 = desc_protocol(0);
+    const TWO_SHOT: u32 = desc_protocol(MODE_TWO_SHOT);
+    const PUSH: u32 = desc_protocol(MODE_TWO_SHOT | MODE_PUSH);
+    const PIPE_TWO_SHOT: u32 = desc_protocol(MODE_TWO_SHOT | MODE_PIPE);
+    const PIPE: u32 = desc_protocol(MODE_PIPE);
     match (d[0] >> 16) & 0xff {
-        0 => "the one-shot kernel",
-        1 => "the two-shot kernel",
-        17 => "the two-shot push kernel",
-        33 => "the pipelined two-shot kernel",
-        32 => "the pipelined kernel",
+        ONE_SHOT => "the one-shot kernel",
+        TWO_SHOT => "the two-shot kernel",
+        PUSH => "the two-shot push kernel",
+        PIPE_TWO_SHOT => "the pipelined two-shot kernel",
+        PIPE => "the pipelined kernel",
         _ => "an unknown kernel",
     }
 }
@@ -816,10 +822,21 @@ mod tests {
     }
 
     #[test]
+    fn protocol_names_follow_the_kernels_encoding() {
+        // kernels/coll.cuh: desc[0] bits 16-23 = (mode & SYMM_COLL_PROTO_BITS) >> 2.
+        let name = |proto: u32| protocol_name(&[proto << 16, 0, 0, 0]);
+        assert_eq!(name(1), "the two-shot kernel");
+        assert_eq!(name(17), "the two-shot push kernel");
+        assert_eq!(name(33), "the pipelined two-shot kernel");
+        assert_eq!(name(32), "the pipelined kernel");
+        assert_eq!(name(0), "the one-shot kernel");
+    }
+
+    #[test]
     fn mismatch_blames_the_kernel_only_for_the_same_call() {
         let status = |mine: [u32; 4], theirs: [u32; 4]| Status { rank: 1, peer: 0, mine, theirs, ..Default::default() };
-        // All-reduce (id 0) of 1024 int32, sum: two-shot (1) against pipelined two-shot (33).
-        let call = |proto: u32, dtype: u32| [proto << 16, 1024, dtype << 8, 0];
+        // All-reduce (id 1) of 1024 int32, sum: two-shot (1) against pipelined two-shot (33).
+        let call = |proto: u32, dtype: u32| [1 << 24 | proto << 16, 1024, dtype << 8, 0];
         let e = mismatch_error(&status(call(1, 2), call(33, 2)));
         assert!(e.msg.contains("disagree on the kernel"), "{}", e.msg);
         // Different datatypes that also picked different kernels: the call is named.

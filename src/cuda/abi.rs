@@ -108,6 +108,16 @@ pub(crate) const MODE_CHECK: u32 = 16;
 pub(crate) const MODE_LOCAL: u32 = 32;
 pub(crate) const MODE_PUSH: u32 = 64;
 pub(crate) const MODE_PIPE: u32 = 128;
+
+/// Op ids of the fused matmul ops in the call descriptors' top byte, after
+/// the collectives' ids (coll::CollId, 1-6).
+pub(crate) const DESC_ALLGATHER_MATMUL: u32 = 7;
+pub(crate) const DESC_MATMUL_REDUCE_SCATTER: u32 = 8;
+/// The kernel protocol a descriptor records: the mode's protocol bits
+/// (SYMM_COLL_PROTO_BITS: two-shot, push, pipe) shifted right by 2.
+pub(crate) const fn desc_protocol(mode: u32) -> u32 {
+    (mode & (MODE_TWO_SHOT | MODE_PUSH | MODE_PIPE)) >> 2
+}
 pub(crate) const MODE_CLASSIC: u32 = 256;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync

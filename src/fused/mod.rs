@@ -22,10 +22,9 @@ pub mod desc;
 pub mod matmul_reduce_scatter;
 pub mod state;
 
-/// Fused-op ids in the call descriptors the start sync compares (after the
-/// collectives' ids, see coll::CollId; comm.rs names them in messages).
-pub(crate) const FUSED_ALLGATHER_MATMUL: u32 = 7;
-pub(crate) const FUSED_MATMUL_REDUCE_SCATTER: u32 = 8;
+/// Fused-op ids in the call descriptors the start sync compares (defined
+/// in cuda::abi, where comm.rs names them in messages).
+pub(crate) use crate::cuda::abi::{DESC_ALLGATHER_MATMUL as FUSED_ALLGATHER_MATMUL, DESC_MATMUL_REDUCE_SCATTER as FUSED_MATMUL_REDUCE_SCATTER};
 
 /// Default pipeline chunks per rank's shard for all-gather-matmul, before
 /// the workspace bound.
