@@ -299,14 +299,8 @@ fn destroy_real(rc: &Option<(&'static Real, RealComm)>) {
 /// Whether every rank runs on this host: each rank's host hash, all-gathered
 /// over the NCCL communicator (8 bytes; the same answer on every rank).
 fn all_on_one_host(r: &Real, rc: RealComm, rank: c_int, nranks: c_int) -> Result<bool> {
+    use crate::error::cuda;
     use cudarc::driver::sys;
-    let cuda = |res: sys::CUresult, what: &str| -> Result<()> {
-        if res == sys::CUresult::CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(Error::new(crate::error::NCCL_UNHANDLED_CUDA_ERROR, format!("{what} failed ({res:?}) in the host check")))
-        }
-    };
     let gather = real::func(r, r.api.ncclAllGather, "ncclAllGather")?;
     let n = nranks as usize;
     let mine = symmcomm::comm::host_hash().to_le_bytes();

@@ -34,6 +34,21 @@ impl Error {
     }
 }
 
+/// A symmcomm error in NCCL's numbering, with its message.
+impl From<symmcomm::Error> for Error {
+    fn from(e: symmcomm::Error) -> Self {
+        Error::new(from_symm(e.code as i32), e.msg)
+    }
+}
+
+/// A CUDA driver call's result: ncclUnhandledCudaError naming `what`.
+pub fn cuda(res: cudarc::driver::sys::CUresult, what: &str) -> Result<()> {
+    if res == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(Error::new(NCCL_UNHANDLED_CUDA_ERROR, format!("{what} failed: {res:?}")))
+}
+
 /// symmcomm's result codes in NCCL's numbering: 0-7 are the same; the two
 /// NCCL lacks become the nearest NCCL code (the message says what happened).
 pub fn from_symm(code: c_int) -> c_int {

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::ffi::c_int;
 
-use crate::error::{from_symm, Error, Result, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
+use crate::error::{cuda, from_symm, Error, Result, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
 use crate::{real, symm};
 
 pub type Init = Box<dyn FnOnce() -> Result<()> + Send>;
@@ -131,12 +131,6 @@ fn run_inits(inits: Vec<(c_int, Init)>) -> Result<()> {
     results.into_iter().collect()
 }
 
-fn cuda(res: cudarc::driver::sys::CUresult, what: &str) -> Result<()> {
-    if res == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-        return Ok(());
-    }
-    Err(Error::new(NCCL_UNHANDLED_CUDA_ERROR, format!("{what} failed: {res:?}")))
-}
 
 /// The calling thread's current CUDA device (what cudaSetDevice chose).
 pub fn current_device() -> Result<c_int> {

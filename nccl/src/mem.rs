@@ -20,7 +20,7 @@ use cudarc::driver::sys::{self, CUdevice};
 use parking_lot::Mutex;
 use symmcomm::memory::vmm::{self, Mapping, PhysMem, VaRange};
 
-use crate::error::{bail, Error, Result, NCCL_INVALID_ARGUMENT, NCCL_UNHANDLED_CUDA_ERROR};
+use crate::error::{bail, cuda, Result, NCCL_INVALID_ARGUMENT};
 
 /// One live allocation. Field order is drop order: unmap, then free the
 /// addresses.
@@ -33,21 +33,11 @@ struct Allocation {
 
 static LIVE: Mutex<Option<HashMap<u64, Allocation>>> = Mutex::new(None);
 
-fn cuda(res: sys::CUresult, what: &str) -> Result<()> {
-    if res == sys::CUresult::CUDA_SUCCESS {
-        return Ok(());
-    }
-    Err(Error::new(NCCL_UNHANDLED_CUDA_ERROR, format!("{what} failed: {res:?}")))
-}
-
-fn from_symm(e: symmcomm::Error) -> Error {
-    Error::new(crate::error::from_symm(e.code as i32), e.msg)
-}
 
 /// The device of the calling thread's current context; device 0 (made
 /// current, as the CUDA runtime does) when there is none.
 fn current_device() -> Result<CUdevice> {
-    symmcomm::cuda::driver().map_err(from_symm)?;
+    symmcomm::cuda::driver()?;
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: the driver is loaded (checked above); one handle out.
     unsafe {
@@ -92,14 +82,14 @@ pub fn alloc(size: usize) -> Result<*mut c_void> {
         return Ok(std::ptr::null_mut());
     }
     let dev = current_device()?;
-    let gran = vmm::granularity(dev).map_err(from_symm)?;
+    let gran = vmm::granularity(dev)?;
     let Some(rounded) = size.checked_next_multiple_of(gran) else {
         bail!(NCCL_INVALID_ARGUMENT, "size {size} overflows when rounded to the allocation granularity ({gran} bytes)");
     };
     let access = accessors(dev)?;
-    let phys = PhysMem::create(dev, rounded).map_err(from_symm)?;
-    let va = VaRange::reserve(rounded, gran).map_err(from_symm)?;
-    let map = Mapping::new(va.base, phys, &access).map_err(from_symm)?;
+    let phys = PhysMem::create(dev, rounded)?;
+    let va = VaRange::reserve(rounded, gran)?;
+    let map = Mapping::new(va.base, phys, &access)?;
     let addr = va.base;
     LIVE.lock().get_or_insert_with(HashMap::new).insert(addr, Allocation { _map: map, _va: va, device: dev, size: rounded });
     log::debug!(target: "symmcomm::memory", "ncclMemAlloc: {size} bytes ({rounded} mapped) at {addr:#x} on device {dev}, accessible by devices {access:?}");
