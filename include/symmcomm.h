@@ -839,7 +839,8 @@ symmResult_t symmCommSetCopyEngine(symmComm_t comm, int enable);
  * "twoshot+push", "pipe+p2p"; tokens joined by '+' or ','), so that one
  * process can compare algorithms side by side. Every rank must set the
  * same, with no operation of the communicator in flight (synchronize its
- * streams first). NULL restores the SYMM_ALGO the process started with.
+ * streams first). NULL restores the SYMM_ALGO the process started with
+ * (`auto` where that was invalid, as at init).
  */
 symmResult_t symmCommSetAlgorithm(symmComm_t comm, const char *algo);
 

@@ -554,10 +554,7 @@ fn coll_state(p: &Parts) -> Result<CollState> {
     }
     let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
     let sharing = busiest_gpu_ranks(p.peers.iter().map(|q| &q.pci_bus_id));
-    let algo = Algo::parse(&cfg.algo).unwrap_or_else(|e| {
-        log::warn!(target: "symmcomm::coll", "SYMM_ALGO: {e}; using auto");
-        Algo::AUTO
-    });
+    let algo = Algo::from_env();
     let timeline = if cfg.timeline {
         let bytes = COLL_MAX_BLOCKS * (1 + TL_EVENTS) * std::mem::size_of::<TlEvent>();
         Some(DeviceBuffer::zeroed(&p.device, bytes)?)

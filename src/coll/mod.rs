@@ -137,6 +137,19 @@ impl Algo {
         Ok(a)
     }
 
+    /// `SYMM_ALGO`, parsed once per process: an invalid value is warned
+    /// about once and means `auto` (for every communicator, and for
+    /// symmCommSetAlgorithm(comm, NULL)).
+    pub fn from_env() -> Algo {
+        static PARSED: std::sync::OnceLock<Algo> = std::sync::OnceLock::new();
+        *PARSED.get_or_init(|| {
+            Algo::parse(&crate::config::get().algo).unwrap_or_else(|e| {
+                log::warn!(target: "symmcomm::coll", "SYMM_ALGO: {e}; using auto");
+                Algo::AUTO
+            })
+        })
+    }
+
     fn to_bits(self) -> u32 {
         let base = match self.base {
             Base::Auto => 0,

@@ -223,21 +223,21 @@ pub extern "C" fn symmCommSetCopyEngine(comm: symmComm_t, enable: c_int) -> symm
 /// "twoshot+push", "pipe+p2p"; tokens joined by '+' or ','), so that one
 /// process can compare algorithms side by side. Every rank must set the
 /// same, with no operation of the communicator in flight (synchronize its
-/// streams first). NULL restores the SYMM_ALGO the process started with.
+/// streams first). NULL restores the SYMM_ALGO the process started with
+/// (`auto` where that was invalid, as at init).
 #[no_mangle]
 pub extern "C" fn symmCommSetAlgorithm(comm: symmComm_t, algo: *const std::ffi::c_char) -> symmResult_t {
     boundary("symmCommSetAlgorithm", comm, || {
         let c = comm_arg(comm)?;
-        let text = if algo.is_null() {
-            crate::config::get().algo.clone()
+        let a = if algo.is_null() {
+            coll::Algo::from_env()
         } else {
             // SAFETY: the caller passes a NUL-terminated string (checked non-null).
-            unsafe { std::ffi::CStr::from_ptr(algo) }
+            let text = unsafe { std::ffi::CStr::from_ptr(algo) }
                 .to_str()
-                .map_err(|_| crate::error::err!(symmInvalidArgument, "algo is not UTF-8"))?
-                .to_string()
+                .map_err(|_| crate::error::err!(symmInvalidArgument, "algo is not UTF-8"))?;
+            coll::Algo::parse(text).map_err(|m| crate::error::err!(symmInvalidArgument, "{m}"))?
         };
-        let a = coll::Algo::parse(&text).map_err(|m| crate::error::err!(symmInvalidArgument, "{m}"))?;
         c.coll.algo.set(a);
         Ok(())
     })
