@@ -49,9 +49,13 @@ pub struct Config {
     /// fewer GPUs. Never set it in production.
     pub test_shared_devices: bool,
     /// `SYMM_FUSED_WORKSPACE_BYTES`: symmetric memory each rank gives the
-    /// fused matmul ops (default 256 MiB), allocated at a communicator's
-    /// first fused call; it bounds their pipeline chunks (src/fused).
+    /// fused matmul ops at a communicator's first fused call (default 256
+    /// MiB); it bounds their pipeline chunks (src/fused).
     pub fused_workspace_bytes: usize,
+    /// `SYMM_FUSED_WORKSPACE_MAX_BYTES`: how far a fused call may grow that
+    /// workspace so that its pipeline runs in whole chunks (default 2 GiB;
+    /// when only SYMM_FUSED_WORKSPACE_BYTES is set, that size: no growth).
+    pub fused_workspace_max_bytes: usize,
     /// `SYMM_FUSED_RESERVE_SMS`: SMs the pipelined GEMMs leave free for the
     /// fused ops' sync and reduction kernels (default 2).
     pub fused_reserve_sms: u32,
@@ -72,6 +76,12 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| {
         let mut w = Vec::new();
+        let ws_range = ((1u64 << 20) as f64, (64u64 << 30) as f64);
+        let fused_workspace_bytes = param_in_range(&mut w, "FUSED_WORKSPACE_BYTES", (256u64 << 20) as f64, ws_range.0, ws_range.1) as usize;
+        // A size set on its own is a bound the user chose: keep it.
+        let max_default = if param_opt::<String>(&mut Vec::new(), "FUSED_WORKSPACE_BYTES").is_some() { fused_workspace_bytes } else { 2usize << 30 };
+        let fused_workspace_max_bytes =
+            (param_in_range(&mut w, "FUSED_WORKSPACE_MAX_BYTES", max_default as f64, ws_range.0, ws_range.1) as usize).max(fused_workspace_bytes);
         Config {
             debug: param(&mut w, "DEBUG", "WARN".to_string()),
             debug_subsys: param(&mut w, "DEBUG_SUBSYS", "ALL".to_string()),
@@ -84,7 +94,8 @@ pub fn get() -> &'static Config {
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
             test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
-            fused_workspace_bytes: param_in_range(&mut w, "FUSED_WORKSPACE_BYTES", (256u64 << 20) as f64, (1u64 << 20) as f64, (64u64 << 30) as f64) as usize,
+            fused_workspace_bytes,
+            fused_workspace_max_bytes,
             fused_reserve_sms: param_in_range(&mut w, "FUSED_RESERVE_SMS", 2.0, 0.0, 64.0) as u32,
             cublaslt_lib: param_opt(&mut w, "CUBLASLT_LIB"),
             cuda_home: std::env::var("CUDA_HOME").ok().filter(|s| !s.trim().is_empty()),

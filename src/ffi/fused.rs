@@ -50,19 +50,26 @@ struct Raw(u64);
 unsafe impl Send for Raw {}
 
 /// Run `enqueue` now, or at symmGroupEnd when inside a group and the
-/// communicator's fused state does not exist yet (making it is collective).
-fn run_or_defer(api: &'static str, comm: symmComm_t, stream: *mut CUstream_st, enqueue: impl FnOnce(&crate::comm::Comm, &mut state::State) -> Result<()> + Send + 'static) -> Result<()> {
+/// communicator's fused state does not exist yet or must grow its
+/// workspace to the call's `want` bytes (both are collective).
+fn run_or_defer(
+    api: &'static str,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+    want: usize,
+    enqueue: impl FnOnce(&crate::comm::Comm, &mut state::State) -> Result<()> + Send + 'static,
+) -> Result<()> {
     let c = comm_arg(comm)?;
     let stream = Raw(stream as u64);
     let run = {
         let c = c.clone();
         move || -> Result<()> {
             let _cur = c.device.make_current()?;
-            let mut g = state::lock(&c, stream.0 as _)?;
+            let mut g = state::lock(&c, stream.0 as _, want)?;
             enqueue(&c, g.get())
         }
     };
-    if group::active() && !state::ready(&c) {
+    if group::active() && !state::ready(&c, want, stream.0 as _)? {
         group::defer(c, api, Box::new(run));
         return Ok(());
     }
@@ -91,14 +98,15 @@ pub extern "C" fn symmAllGatherMatmul(
         args([(aShard, "aShard"), (b, "b"), (c as *const c_void, "c")], k, comm)?;
         fused::blaslt::library()?;
         let call = ag::Call { a: aShard as u64, b: b as u64, c: c as u64, m_shard: mShard, n, k, mm, stream: stream.cast() };
-        {
+        let want = {
             let cc = comm_arg(comm)?;
             let _cur = cc.device.make_current()?;
             if !ag::check(&cc, &call)? {
                 return Ok(());
             }
-        }
-        run_or_defer("symmAllGatherMatmul", comm, stream, move |cc, st| ag::run(cc, st, &call))
+            ag::workspace_want(&cc, &call)
+        };
+        run_or_defer("symmAllGatherMatmul", comm, stream, want, move |cc, st| ag::run(cc, st, &call))
     })
 }
 
@@ -123,14 +131,15 @@ pub extern "C" fn symmMatmulReduceScatter(
         args([(a, "a"), (b, "b"), (cShard as *const c_void, "cShard")], kShard, comm)?;
         fused::blaslt::library()?;
         let call = rs::Call { a: a as u64, b: b as u64, c: cShard as u64, m, n, k_shard: kShard, mm, stream: stream.cast() };
-        {
+        let want = {
             let cc = comm_arg(comm)?;
             let _cur = cc.device.make_current()?;
             if !rs::check(&cc, &call)? {
                 return Ok(());
             }
-        }
-        run_or_defer("symmMatmulReduceScatter", comm, stream, move |cc, st| rs::run(cc, st, &call))
+            rs::workspace_want(&cc, &call)
+        };
+        run_or_defer("symmMatmulReduceScatter", comm, stream, want, move |cc, st| rs::run(cc, st, &call))
     })
 }
 

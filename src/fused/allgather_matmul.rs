@@ -131,7 +131,8 @@ pub(crate) fn single_rank(st: &mut State, call_a: u64, call_b: u64, call_c: u64,
     let mut row0 = 0;
     while row0 < rows {
         let nrows = rc.min(rows - row0);
-        let on = if row0 == 0 { On::Caller } else { On::Compute };
+        // Chunks alternate between the GEMM streams, as in the pipelines.
+        let on = if chunks > 1 { On::gemm(row0 / rc) } else { On::Caller };
         let a = call_a + (row0 * m.lda * es) as u64;
         let c = call_c + (row0 * m.ldc * m.c_type.size()) as u64;
         gemm(st, &key_of(nrows), m, a, call_b, c, row_scale(row0), m.beta, on)?;
@@ -141,6 +142,45 @@ pub(crate) fn single_rank(st: &mut State, call_a: u64, call_b: u64, call_c: u64,
         st.join()?;
     }
     Ok(())
+}
+
+/// A call's workspace: [gathered row scales][my row scales] [staging
+/// slots] [ring slots], each slot a chunk of A's rows.
+struct Layout {
+    scale_bytes: usize,
+    /// Two when A is neither symmetric nor registered (peers pull a copy).
+    staging: usize,
+    /// Without aGathered, pulled chunks land in a ring of slots.
+    ring_slots: usize,
+    /// Chunks per rank's shard, before the workspace bound.
+    want: usize,
+}
+
+impl Layout {
+    fn of(call: &Call, nr: usize, direct: bool) -> Layout {
+        let (m, ms) = (&call.mm, call.m_shard);
+        Layout {
+            scale_bytes: if m.scale == Scale::Rowwise { ((nr + 1) * ms * 4).next_multiple_of(256) } else { 0 },
+            staging: if direct { 0 } else { 2 },
+            ring_slots: if m.a_gathered == 0 { (2 * (nr - 1)).min(SLOT_EVENTS) } else { 0 },
+            want: if m.chunks > 0 { m.chunks } else { default_chunks(ms, call.n) },
+        }
+    }
+}
+
+/// The workspace a checked call runs best with: its chunks unbounded (the
+/// call grows the communicator's workspace to this where it may, see
+/// state::lock). A symmetric or registered A with aGathered needs none.
+pub fn workspace_want(comm: &Comm, call: &Call) -> usize {
+    let nr = comm.nranks;
+    if nr == 1 {
+        return 0;
+    }
+    let es = call.mm.a_type.size();
+    let direct = Matmul::extent(call.m_shard, call.k, call.mm.lda, es).is_ok_and(|x| comm.mem.find(call.a, x as u64).is_some());
+    let l = Layout::of(call, nr, direct);
+    let slot = chunk_rows(call.m_shard, l.want).saturating_mul(call.k * es);
+    l.scale_bytes.saturating_add((l.staging + l.ring_slots).saturating_mul(slot))
 }
 
 pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
@@ -155,16 +195,11 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
     let direct = comm.mem.find(call.a, Matmul::extent(ms, k, m.lda, es)? as u64);
     let ring = m.a_gathered == 0;
     let rowwise = m.scale == Scale::Rowwise;
-
-    // Workspace: [gathered row scales][my row scales] [2 staging slots] [ring].
-    let scale_bytes = if rowwise { ((nr + 1) * ms * 4).next_multiple_of(256) } else { 0 };
-    let staging = if direct.is_none() { 2 } else { 0 };
-    let ring_slots = if ring { (2 * (nr - 1)).min(SLOT_EVENTS) } else { 0 };
+    let Layout { scale_bytes, staging, ring_slots, want } = Layout::of(call, nr, direct.is_some());
     let slots = staging + ring_slots;
     let Some(avail) = st.ws_bytes.checked_sub(scale_bytes) else {
         bail!(symmNotSupported, "row-wise scales of {ms} rows need {scale_bytes} bytes of fused workspace; raise SYMM_FUSED_WORKSPACE_BYTES ({})", st.ws_bytes);
     };
-    let want = if m.chunks > 0 { m.chunks } else { default_chunks(ms, call.n) };
     let mut rc = chunk_rows(ms, want);
     if slots > 0 {
         let fit = avail / (slots * row_bytes);
@@ -225,7 +260,7 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
             let off = nr * ms * 4;
             st.copy_rows(scales_gathered + (r * ms * 4) as u64, ms * 4, peer_ws(r, off), ms * 4, ms * 4, 1, On::Copy)?;
         }
-        st.order(On::Copy, On::Compute)?;
+        // Each chunk's GEMM stream waits for the copy stream below.
     }
     if m.a_gathered != 0 {
         st.copy_rows(m.a_gathered + (me * ms * row_bytes) as u64, row_bytes, call.a, a_pitch, row_bytes, ms, On::Copy)?;
@@ -255,11 +290,12 @@ pub fn run(comm: &Comm, st: &mut State, call: &Call) -> Result<()> {
                 m.a_gathered + ((r * ms + row0) * row_bytes) as u64
             };
             st.copy_rows(dst, row_bytes, src, pitch, row_bytes, rows, On::Copy)?;
-            st.order(On::Copy, On::Compute)?;
+            let on = On::gemm(pulled);
+            st.order(On::Copy, on)?;
             let scale = if rowwise { scales_gathered + ((r * ms + row0) * 4) as u64 } else { m.a_scale };
-            gemm(st, &chunk_key(rows), m, dst, call.b, c_row(r * ms + row0), scale, m.beta, On::Compute)?;
+            gemm(st, &chunk_key(rows), m, dst, call.b, c_row(r * ms + row0), scale, m.beta, on)?;
             if ring {
-                st.record_slot(slot, On::Compute)?;
+                st.record_slot(slot, on)?;
             }
             pulled += 1;
         }

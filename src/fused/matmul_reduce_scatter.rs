@@ -3,10 +3,12 @@
 //!
 //! Pipeline (nranks > 1), in rounds: round j covers chunk j of every
 //! destination's rows (by default one chunk, the whole block, when the
-//! workspace holds it: see `rounds`). In a round the compute stream
-//! computes the partial for rank+1, rank+2, ... and this rank's own last
-//! (so the pushes of the others overlap the following GEMMs and each link
-//! carries one partial at a time, every rank sending to a different peer);
+//! workspace holds it: see `rounds`; a call grows the workspace to that,
+//! see `workspace_want`). In a round the GEMM streams compute the partial
+//! for rank+1, rank+2, ... and this rank's own last, alternating between
+//! the two streams (so the pushes of the others overlap the following
+//! GEMMs, each link carries one partial at a time, every rank sending to a
+//! different peer, and each GEMM's last wave shares the SMs with the next);
 //! each remote partial goes into one of two outbox slots of the workspace,
 //! and the copy stream pushes it with the copy engines into the
 //! destination's inbox slot [round parity][source rank], then signals the
@@ -20,7 +22,7 @@
 //! rank's inbox only after this rank's round-j reduction told it the
 //! parity's slots are free (a flag); this rank's own round-j+2 partial is
 //! computed only after that reduction too (an event on the caller's
-//! stream: the compute stream is otherwise ordered only after the copies).
+//! stream: the GEMM streams are otherwise ordered only after the copies).
 //! Flags are binary and consumed (see kernels/fused.cu), each put matched
 //! by one wait: data(p) once per round and peer, free(p) after rounds
 //! 0 .. chunks-3, waited for before rounds 2 .. chunks-1. A closing barrier
@@ -59,8 +61,7 @@ const _: () = assert!(OWN_SLOT + 2 <= SLOT_EVENTS);
 fn rounds(ms: usize, prow: usize, nr: usize, ws_bytes: usize, want: usize) -> Result<(usize, usize)> {
     let slot_rows = |slots: usize| ws_bytes / (slots * prow);
     let rc = chunk_rows(ms, want);
-    let slots = if rc >= ms { 2 + nr } else { 2 + 2 * nr };
-    if rc <= slot_rows(slots) {
+    if round_bytes(ms, prow, nr, want) <= ws_bytes {
         return Ok((rc, ms.div_ceil(rc)));
     }
     let fit = slot_rows(2 + 2 * nr);
@@ -73,6 +74,29 @@ fn rounds(ms: usize, prow: usize, nr: usize, ws_bytes: usize, want: usize) -> Re
     }
     let rc = bounded_chunk_rows(ms, want.max(2), fit);
     Ok((rc, ms.div_ceil(rc)))
+}
+
+/// Workspace for `want` chunks per destination of `ms` rows, all in the
+/// workspace at once (see `rounds`).
+fn round_bytes(ms: usize, prow: usize, nr: usize, want: usize) -> usize {
+    let rc = chunk_rows(ms, want);
+    let slots = if rc >= ms { 2 + nr } else { 2 + 2 * nr };
+    slots.saturating_mul(rc).saturating_mul(prow)
+}
+
+/// The workspace a checked call runs best with: its chunks unbounded.
+/// The call grows the communicator's workspace to this where it may
+/// (state::lock); one chunk per destination needs (2 + nranks) partial
+/// blocks, m = 32768, n = 8192 bf16 at 4 ranks 768 MiB, and cut into
+/// smaller rounds the per-destination GEMMs lose 10-40 % on one H100
+/// (docs/PERFORMANCE.md).
+pub fn workspace_want(comm: &Comm, call: &Call) -> usize {
+    let nr = comm.nranks;
+    if nr == 1 {
+        return 0;
+    }
+    let want = if call.mm.chunks > 0 { call.mm.chunks } else { REDUCE_SCATTER_DEFAULT_CHUNKS };
+    round_bytes(call.m / nr, call.n * call.mm.c_type.size(), nr, want)
 }
 
 /// A checked call.
@@ -183,12 +207,12 @@ fn free(p: usize) -> usize {
 /// What the rounds enqueue: State's streams for a call, or (tests) a model
 /// that runs them in every order the dependencies allow.
 trait Steps {
-    /// Both internal streams after the caller's work, then the start sync
+    /// The internal streams after the caller's work, then the start sync
     /// (copy stream).
     fn start(&mut self) -> Result<()>;
     /// The partial of A's rows [first, first + rows) into `dst` (packed
-    /// rows), on the compute stream.
-    fn partial(&mut self, first: usize, rows: usize, dst: u64) -> Result<()>;
+    /// rows), on the GEMM stream `on`.
+    fn partial(&mut self, first: usize, rows: usize, dst: u64, on: On) -> Result<()>;
     fn order(&mut self, from: On, to: On) -> Result<()>;
     fn record_slot(&mut self, slot: usize, on: On) -> Result<()>;
     fn wait_slot(&mut self, slot: usize, on: On) -> Result<()>;
@@ -202,7 +226,7 @@ trait Steps {
     /// C rows [row0, row0 + rows) = sum of the sources (+ beta * C), on the
     /// caller's stream.
     fn reduce(&mut self, src: [u64; MAX_RANKS], row0: usize, rows: usize) -> Result<()>;
-    /// The caller's stream after both internal streams, then the closing
+    /// The caller's stream after the internal streams, then the closing
     /// barrier on it.
     fn finish(&mut self) -> Result<()>;
 }
@@ -211,30 +235,32 @@ trait Steps {
 fn enqueue_rounds(s: &mut impl Steps, r: &Rounds) -> Result<()> {
     let (nr, me) = (r.nr, r.me);
     s.start()?;
-    let mut sent = 0usize;
+    let (mut sent, mut gemms) = (0usize, 0usize);
     for j in 0..r.chunks {
         let (p, row0) = (j % 2, j * r.rc);
         let rows = r.rc.min(r.ms - row0);
         for step in 1..=nr {
             let d = (me + step) % nr;
             let first = d * r.ms + row0;
+            let on = On::gemm(gemms);
+            gemms += 1;
             if d == me {
                 if j >= 2 {
                     // Round j-2's reduction (caller's stream) read this
-                    // slot; nothing else orders the compute stream after it.
-                    s.wait_slot(OWN_SLOT + p, On::Compute)?;
+                    // slot; nothing else orders the GEMM streams after it.
+                    s.wait_slot(OWN_SLOT + p, on)?;
                 }
-                s.partial(first, rows, r.ws + r.inbox_off(p, me))?;
-                s.order(On::Compute, On::Caller)?;
+                s.partial(first, rows, r.ws + r.inbox_off(p, me), on)?;
+                s.order(on, On::Caller)?;
                 continue;
             }
             let q = sent % 2;
             if sent >= 2 {
                 // The copy that read this outbox slot is done.
-                s.wait_slot(q, On::Compute)?;
+                s.wait_slot(q, on)?;
             }
-            s.partial(first, rows, r.outbox(q))?;
-            s.order(On::Compute, On::Copy)?;
+            s.partial(first, rows, r.outbox(q), on)?;
+            s.order(on, On::Copy)?;
             if j >= 2 {
                 s.wait(free(p), d as u32, On::Copy)?;
             }
@@ -284,12 +310,12 @@ impl Steps for Enqueue<'_> {
         self.st.sync(self.comm, self.desc)
     }
 
-    fn partial(&mut self, first: usize, rows: usize, dst: u64) -> Result<()> {
+    fn partial(&mut self, first: usize, rows: usize, dst: u64, on: On) -> Result<()> {
         let (m, c) = (&self.call.mm, self.call);
         let a = c.a + (first * m.lda * m.a_type.size()) as u64;
         let scale = if m.scale == Scale::Rowwise { m.a_scale + 4 * first as u64 } else { m.a_scale };
         let key = self.key(rows);
-        gemm(self.st, &key, &self.partial, a, c.b, dst, scale, 0.0, On::Compute)
+        gemm(self.st, &key, &self.partial, a, c.b, dst, scale, 0.0, on)
     }
 
     fn order(&mut self, from: On, to: On) -> Result<()> {
@@ -346,9 +372,13 @@ mod tests {
         let (rc, chunks) = rounds(1024, 8192, 4, 47 * mib, 1).unwrap();
         assert!(chunks >= 2 && rc * 10 * 8192 <= 47 * mib, "{rc} rows x {chunks}");
         assert!(1024 - (chunks - 1) * rc >= rc / 2, "balanced: {rc} rows x {chunks}");
-        // The seed shape with the default 256 MiB: m = 32768, n = 8192 bf16.
+        // The seed shape in 256 MiB: m = 32768, n = 8192 bf16.
         let (rc, chunks) = rounds(8192, 16384, 4, 256 * mib, 1).unwrap();
         assert_eq!((rc, chunks), (1376, 6));
+        // What that call asks the workspace to grow to: one round.
+        assert_eq!(round_bytes(8192, 16384, 4, 1), 768 * mib);
+        assert_eq!(rounds(8192, 16384, 4, round_bytes(8192, 16384, 4, 1), 1).unwrap(), (8192, 1));
+        assert_eq!(round_bytes(8192, 16384, 8, 1), 1280 * mib);
         // Asked for more: as asked where it fits.
         assert_eq!(rounds(1024, 8192, 4, 256 * mib, 4).unwrap(), (256, 4));
         // Not one row.
@@ -389,7 +419,7 @@ mod tests {
 
     #[derive(Default)]
     struct Rank {
-        streams: [VecDeque<Op>; 3],
+        streams: [VecDeque<Op>; 4],
         recorded: HashMap<usize, usize>,
         done: HashMap<usize, usize>,
         relays: usize,
@@ -411,7 +441,8 @@ mod tests {
         match on {
             On::Caller => 0,
             On::Compute => 1,
-            On::Copy => 2,
+            On::Compute2 => 2,
+            On::Copy => 3,
         }
     }
 
@@ -434,17 +465,19 @@ mod tests {
 
     impl Steps for Model<'_> {
         fn start(&mut self) -> Result<()> {
-            self.order(On::Caller, On::Compute)?;
-            self.order(On::Caller, On::Copy)?;
+            for on in [On::Compute, On::Compute2, On::Copy] {
+                self.order(On::Caller, on)?;
+            }
             let r = &mut self.w.ranks[self.me];
             r.meets[0] += 1;
             let gen = r.meets[0];
             self.push(On::Copy, Op::Meet(0, gen));
             Ok(())
         }
-        fn partial(&mut self, first: usize, _rows: usize, dst: u64) -> Result<()> {
+        fn partial(&mut self, first: usize, _rows: usize, dst: u64, on: On) -> Result<()> {
+            assert!(matches!(on, On::Compute | On::Compute2), "a partial on {on:?}");
             let tag = Tag { call: self.call, writer: self.me, first };
-            self.push(On::Compute, Op::Write(dst, Some(tag)));
+            self.push(on, Op::Write(dst, Some(tag)));
             Ok(())
         }
         fn order(&mut self, from: On, to: On) -> Result<()> {
@@ -487,8 +520,9 @@ mod tests {
             Ok(())
         }
         fn finish(&mut self) -> Result<()> {
-            self.order(On::Compute, On::Caller)?;
-            self.order(On::Copy, On::Caller)?;
+            for on in [On::Compute, On::Compute2, On::Copy] {
+                self.order(on, On::Caller)?;
+            }
             let r = &mut self.w.ranks[self.me];
             r.meets[1] += 1;
             let gen = r.meets[1];
@@ -580,7 +614,7 @@ mod tests {
         let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         loop {
             for r in 0..nr {
-                for s in 0..3 {
+                for s in 0..4 {
                     if let Some(Op::Meet(kind, gen)) = w.ranks[r].streams[s].front() {
                         let (kind, gen) = (*kind, *gen);
                         let a = &mut w.ranks[r].arrived[kind];
@@ -588,7 +622,7 @@ mod tests {
                     }
                 }
             }
-            let ready: Vec<(usize, usize)> = (0..nr).flat_map(|r| (0..3).map(move |s| (r, s))).filter(|&(r, s)| w.ready(r, s)).collect();
+            let ready: Vec<(usize, usize)> = (0..nr).flat_map(|r| (0..4).map(move |s| (r, s))).filter(|&(r, s)| w.ready(r, s)).collect();
             if ready.is_empty() {
                 if w.ranks.iter().any(|r| r.streams.iter().any(|s| !s.is_empty())) {
                     let heads: Vec<String> =

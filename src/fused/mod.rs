@@ -36,7 +36,7 @@ pub(crate) use crate::cuda::abi::{DESC_ALLGATHER_MATMUL as FUSED_ALLGATHER_MATMU
 /// remote chunk would arrive after the local GEMM ends, so the shard is
 /// cut into ceil(4096 / n) chunks (at most 8) and the first remote GEMM
 /// waits for a fraction of it. Chunks keep >= 128 rows so every GEMM still
-/// fills the GPU. Measured on one H100 (docs/PERFORMANCE.md): 96-102 % of
+/// fills the GPU. Measured on one H100 (docs/PERFORMANCE.md): 97-101 % of
 /// one GEMM at the seed shapes.
 pub fn default_chunks(rows: usize, n: usize) -> usize {
     4096usize.div_ceil(n.max(1)).clamp(1, 8).min((rows / 128).max(1))
@@ -46,9 +46,10 @@ pub fn default_chunks(rows: usize, n: usize) -> usize {
 /// Each destination's partial already is a pipeline stage (its push
 /// overlaps the next destination's GEMM), so more chunks only add GEMMs:
 /// measured on one H100 (docs/PERFORMANCE.md), one chunk per destination
-/// keeps 94-97 % of one GEMM at m = 32768, n = 8192, kShard 2048 and 1024,
-/// where 2-4 chunks per destination gave 81-95 %. The workspace may still
-/// force more (see `bounded_chunk_rows` and matmul_reduce_scatter).
+/// keeps 97-100 % of one GEMM at m = 32768 and 65536, n = 8192, kShard
+/// 1024-4096 (alternating GEMM streams), where 2-4 chunks per destination
+/// gave 79-95 % (one stream). A workspace bound below one round still
+/// forces more (see `bounded_chunk_rows` and matmul_reduce_scatter).
 pub(crate) const REDUCE_SCATTER_DEFAULT_CHUNKS: usize = 1;
 
 /// Rows per chunk for `rows` rows in `chunks` chunks: a multiple of 16

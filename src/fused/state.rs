@@ -81,22 +81,39 @@ const _: () = assert!(std::mem::size_of::<ReduceArgs>() == 8 * MAX_RANKS + 8 + 2
 pub(crate) const ALL_PEERS: u32 = u32::MAX;
 
 /// Which internal stream.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum On {
     Caller,
+    /// Two GEMM streams: a pipeline alternates its chunk GEMMs between
+    /// them, so the next GEMM fills the SMs the last wave of the previous
+    /// one leaves idle (measured on one H100: +2 to +7 % over one stream
+    /// at 4-8 chunks of 8192 x 8192 x 1024-4096 bf16, docs/PERFORMANCE.md).
     Compute,
+    Compute2,
     Copy,
+}
+
+impl On {
+    /// The GEMM stream of a pipeline's `i`-th chunk GEMM.
+    pub fn gemm(i: usize) -> On {
+        if i % 2 == 0 {
+            On::Compute
+        } else {
+            On::Compute2
+        }
+    }
 }
 
 pub struct State {
     device: Arc<Device>,
     /// Dropped first, with the device current (see Drop).
     pub blas: std::mem::ManuallyDrop<Blas>,
-    compute: CUstream,
+    compute: [CUstream; 2],
     copy: CUstream,
     /// [0]: fork/relay; then SLOT_EVENTS that persist across steps.
     events: Vec<CUevent>,
-    blas_ws: [DeviceBuffer; 2],
+    /// cuBLASLt workspaces of the caller's and the two GEMM streams.
+    blas_ws: [DeviceBuffer; 3],
     /// This rank's symmetric workspace and every rank's, as seen here.
     pub ws: u64,
     pub ws_peers: [u64; MAX_RANKS],
@@ -112,25 +129,64 @@ pub struct State {
 // SAFETY: driver handles, used under the communicator's fused lock.
 unsafe impl Send for State {}
 
-/// The communicator's fused state, made first if needed (collective).
-pub fn lock(comm: &Comm, stream: CUstream) -> Result<StateGuard<'_>> {
+/// The communicator's fused state, made first if needed, with a workspace
+/// grown to `want` bytes where the call wants more and may grow it (see
+/// `grown_size`). Making or growing it is collective: every rank makes the
+/// same call with the same shapes, so every rank does it at the same call.
+pub fn lock(comm: &Comm, stream: CUstream, want: usize) -> Result<StateGuard<'_>> {
     let mut g = comm.fused.lock();
-    if g.is_none() {
-        if is_capturing(stream)? {
-            bail!(
-                symmInvalidUsage,
-                "the first fused call on a communicator allocates its workspace and cannot be captured in a CUDA graph; \
-                 make one call (a warm-up) before capturing"
-            );
+    let capturing = is_capturing(stream)?;
+    match g.as_mut().and_then(|b| b.downcast_mut::<State>()) {
+        None => {
+            if capturing {
+                bail!(
+                    symmInvalidUsage,
+                    "the first fused call on a communicator allocates its workspace and cannot be captured in a CUDA graph; \
+                     make one call (a warm-up) before capturing"
+                );
+            }
+            let bytes = grown_size(0, want).unwrap_or(config::get().fused_workspace_bytes);
+            *g = Some(Box::new(State::new(comm, bytes)?));
         }
-        *g = Some(Box::new(State::new(comm)?));
+        Some(st) => {
+            if let Some(bytes) = grown_size(st.ws_bytes, want) {
+                if capturing {
+                    log::info!(
+                        target: "symmcomm::fused",
+                        "rank {}: a captured fused call wants {} MiB of workspace, the communicator has {}: it runs in smaller \
+                         chunks (an uncaptured call of this shape first grows the workspace)",
+                        comm.rank, want >> 20, st.ws_bytes >> 20
+                    );
+                } else {
+                    st.grow(comm, bytes)?;
+                }
+            }
+        }
     }
     Ok(StateGuard { guard: g })
 }
 
-/// Whether the fused state exists (so a call only enqueues).
-pub fn ready(comm: &Comm) -> bool {
-    comm.fused.lock().is_some()
+/// The size a workspace of `have` bytes grows to for a call that wants
+/// `want` (None: it does not grow): at least SYMM_FUSED_WORKSPACE_BYTES,
+/// at most SYMM_FUSED_WORKSPACE_MAX_BYTES.
+fn grown_size(have: usize, want: usize) -> Option<usize> {
+    let cfg = config::get();
+    grown_within(have, want, cfg.fused_workspace_bytes, cfg.fused_workspace_max_bytes)
+}
+
+fn grown_within(have: usize, want: usize, first: usize, max: usize) -> Option<usize> {
+    let to = want.clamp(first, max.max(first));
+    (to > have).then_some(to)
+}
+
+/// Whether a call wanting `want` bytes of workspace only enqueues: the
+/// state exists and needs no growing (or cannot grow: under capture).
+pub fn ready(comm: &Comm, want: usize, stream: CUstream) -> Result<bool> {
+    let have = comm.fused.lock().as_ref().and_then(|b| b.downcast_ref::<State>()).map(|st| st.ws_bytes);
+    Ok(match have {
+        None => false,
+        Some(have) => grown_size(have, want).is_none() || is_capturing(stream)?,
+    })
 }
 
 pub struct StateGuard<'a> {
@@ -150,7 +206,7 @@ fn is_capturing(stream: CUstream) -> Result<bool> {
 }
 
 impl State {
-    fn new(comm: &Comm) -> Result<State> {
+    fn new(comm: &Comm, bytes: usize) -> Result<State> {
         let dev = comm.device.clone();
         let _cur = dev.make_current()?;
         // Local setup first (see the module comment): once this rank is
@@ -159,24 +215,43 @@ impl State {
         // call that waits for the running kernels would then wait for them.
         // Every rank reaches the allocation even if this fails.
         let local = State::local(comm);
-        let bytes = config::get().fused_workspace_bytes;
-        let ws = symmetric::alloc(&comm.mem, &comm.link, bytes, true)
-            .map_err(|e| e.context(format!("allocating the fused ops' symmetric workspace (SYMM_FUSED_WORKSPACE_BYTES={bytes})")))?;
+        let ws = alloc_workspace(comm, bytes);
         // A local failure leaves the workspace with the communicator (freed
         // when it is destroyed).
         let mut state = local?;
-        let off = ws - comm.mem.space.slot(comm.rank);
-        for (r, p) in state.ws_peers.iter_mut().enumerate().take(comm.nranks) {
-            *p = comm.mem.space.slot(r) + off;
-        }
-        state.ws = ws;
-        state.ws_bytes = bytes;
+        state.attach(comm, ws?, bytes);
         log::info!(
             target: "symmcomm::fused",
-            "rank {}: fused ops ready (cuBLASLt {}, {} MiB symmetric workspace at {ws:#x})",
-            comm.rank, state.blas.version(), bytes >> 20
+            "rank {}: fused ops ready (cuBLASLt {}, {} MiB symmetric workspace at {:#x})",
+            comm.rank, state.blas.version(), bytes >> 20, state.ws
         );
         Ok(state)
+    }
+
+    fn attach(&mut self, comm: &Comm, ws: u64, bytes: usize) {
+        let off = ws - comm.mem.space.slot(comm.rank);
+        for (r, p) in self.ws_peers.iter_mut().enumerate().take(comm.nranks) {
+            *p = comm.mem.space.slot(r) + off;
+        }
+        self.ws = ws;
+        self.ws_bytes = bytes;
+    }
+
+    /// Replace the workspace by one of `bytes` (collective, see `lock`).
+    /// The old one goes first, so the GPU never holds both: freeing waits
+    /// for this device's work and meets the peers, so no kernel of any
+    /// rank still uses it. A host step like the first call's allocation;
+    /// later calls of the shape only enqueue.
+    fn grow(&mut self, comm: &Comm, bytes: usize) -> Result<()> {
+        let old = std::mem::replace(&mut self.ws, 0);
+        self.ws_bytes = 0;
+        if old != 0 {
+            symmetric::free_internal(&comm.mem, &comm.link, old).map_err(|e| e.context("freeing the fused workspace to grow it"))?;
+        }
+        let ws = alloc_workspace(comm, bytes)?;
+        self.attach(comm, ws, bytes);
+        log::info!(target: "symmcomm::fused", "rank {}: fused workspace grown to {} MiB at {ws:#x}", comm.rank, bytes >> 20);
+        Ok(())
     }
 
     /// Everything but the symmetric workspace.
@@ -190,10 +265,14 @@ impl State {
         let mut state = State {
             device: dev.clone(),
             blas: std::mem::ManuallyDrop::new(blas),
-            compute: std::ptr::null_mut(),
+            compute: [std::ptr::null_mut(); 2],
             copy: std::ptr::null_mut(),
             events: Vec::new(),
-            blas_ws: [DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?, DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?],
+            blas_ws: [
+                DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?,
+                DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?,
+                DeviceBuffer::zeroed(dev, BLAS_WORKSPACE)?,
+            ],
             ws: 0,
             ws_peers: [0; MAX_RANKS],
             ws_bytes: 0,
@@ -204,7 +283,9 @@ impl State {
         // Non-blocking: never ordered behind the legacy default stream.
         // The copy stream carries the flag kernels: high priority, so they
         // get the next free SM slot next to the GEMMs.
-        cu!(cuStreamCreateWithPriority(&mut state.compute, 1, least))?;
+        for s in &mut state.compute {
+            cu!(cuStreamCreateWithPriority(s, 1, least))?;
+        }
         cu!(cuStreamCreateWithPriority(&mut state.copy, 1, greatest))?;
         for _ in 0..1 + SLOT_EVENTS {
             let mut e: CUevent = std::ptr::null_mut();
@@ -215,8 +296,8 @@ impl State {
         // which the driver may run differently; from here and from a peer,
         // read from its signal pad, mapped since the communicator was made)
         // on the stream that makes them, while nothing of ours can spin.
-        // Into the compute stream's cuBLASLt workspace, which its first
-        // GEMM then waits for.
+        // Into a GEMM stream's cuBLASLt workspace, which its first GEMM
+        // then waits for.
         let scratch = state.blas_ws[1].ptr;
         let mut sources = vec![scratch + 4096];
         if comm.nranks > 1 {
@@ -237,7 +318,8 @@ impl State {
     pub fn stream(&self, on: On) -> CUstream {
         match on {
             On::Caller => self.caller,
-            On::Compute => self.compute,
+            On::Compute => self.compute[0],
+            On::Compute2 => self.compute[1],
             On::Copy => self.copy,
         }
     }
@@ -252,16 +334,20 @@ impl State {
         Ok(())
     }
 
-    /// Both internal streams start after the caller's earlier work.
+    /// The internal streams start after the caller's earlier work.
     pub fn fork(&self) -> Result<()> {
-        self.order(On::Caller, On::Compute)?;
-        self.order(On::Caller, On::Copy)
+        for on in [On::Compute, On::Compute2, On::Copy] {
+            self.order(On::Caller, on)?;
+        }
+        Ok(())
     }
 
-    /// The caller's stream continues after both internal streams.
+    /// The caller's stream continues after the internal streams.
     pub fn join(&self) -> Result<()> {
-        self.order(On::Compute, On::Caller)?;
-        self.order(On::Copy, On::Caller)
+        for on in [On::Compute, On::Compute2, On::Copy] {
+            self.order(on, On::Caller)?;
+        }
+        Ok(())
     }
 
     pub fn record_slot(&self, slot: usize, on: On) -> Result<()> {
@@ -276,7 +362,12 @@ impl State {
 
     /// A GEMM on `on`, with that stream's cuBLASLt workspace.
     pub fn gemm(&mut self, key: &GemmKey, p: &GemmPtrs, beta: f32, on: On) -> Result<()> {
-        let ws = self.blas_ws[(on == On::Compute) as usize].ptr;
+        let ws = self.blas_ws[match on {
+            On::Compute => 1,
+            On::Compute2 => 2,
+            On::Caller | On::Copy => 0,
+        }]
+        .ptr;
         let stream = self.stream(on);
         let blas = &mut self.blas;
         slow("cublasLtMatmul", || blas.gemm(key, p, beta, ws, stream))
@@ -418,7 +509,7 @@ impl Drop for State {
         for &e in &self.events {
             let _ = cu!(cuEventDestroy_v2(e));
         }
-        for s in [self.compute, self.copy] {
+        for s in [self.compute[0], self.compute[1], self.copy] {
             if !s.is_null() {
                 let _ = cu!(cuStreamDestroy_v2(s));
             }
@@ -448,6 +539,15 @@ fn slow<T>(what: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
     out
 }
 
+/// The fused ops' symmetric workspace (collective, like symmMemAlloc).
+fn alloc_workspace(comm: &Comm, bytes: usize) -> Result<u64> {
+    symmetric::alloc(&comm.mem, &comm.link, bytes, true).map_err(|e| {
+        e.context(format!(
+            "allocating the fused ops' symmetric workspace of {bytes} bytes (SYMM_FUSED_WORKSPACE_BYTES and _MAX_BYTES bound it)"
+        ))
+    })
+}
+
 /// The state every fused call requires of the communicator: the
 /// collectives' checks (cached driver queries).
 pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
@@ -456,13 +556,42 @@ pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
 }
 
 /// A device buffer of this communicator's GPU (symmetric, registered or
-/// plain), checked as the collectives check theirs.
+/// plain). Plain buffers are asked of the driver every call, not through
+/// the collectives' cache: a fused call costs milliseconds of GEMM, and
+/// the cache would let a smaller buffer allocated where a remembered one
+/// was freed through (coll::CheckCache).
 pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<()> {
-    comm.check_buffer(ptr as *const c_void, bytes, name).map(|_| ())
+    if ptr == 0 {
+        bail!(symmInvalidArgument, "{name} is NULL");
+    }
+    if comm.mem.find(ptr, bytes as u64).is_some() {
+        return Ok(());
+    }
+    launch::check_device_buffer(&comm.device, ptr as *const c_void, bytes, name).map(|_| ())
 }
 
 /// FNV-1a of some words folded to 32 bits, for the call descriptors.
 pub fn hash32(words: &[u64]) -> u32 {
     let h = crate::fnv::fnv1a64_words(words.iter().copied());
     (h as u32) ^ (h >> 32) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grown_within;
+
+    #[test]
+    fn the_workspace_grows_to_what_a_call_wants_within_the_bound() {
+        let mib = 1usize << 20;
+        // The first call: at least the first size, at most the bound.
+        assert_eq!(grown_within(0, 0, 256 * mib, 2048 * mib), Some(256 * mib));
+        assert_eq!(grown_within(0, 768 * mib, 256 * mib, 2048 * mib), Some(768 * mib));
+        assert_eq!(grown_within(0, 4096 * mib, 256 * mib, 2048 * mib), Some(2048 * mib));
+        // Later calls: only up, only when they want more.
+        assert_eq!(grown_within(768 * mib, 512 * mib, 256 * mib, 2048 * mib), None);
+        assert_eq!(grown_within(768 * mib, 1280 * mib, 256 * mib, 2048 * mib), Some(1280 * mib));
+        assert_eq!(grown_within(2048 * mib, 4096 * mib, 256 * mib, 2048 * mib), None);
+        // A pinned size (bound = first size) never grows.
+        assert_eq!(grown_within(8 * mib, 768 * mib, 8 * mib, 8 * mib), None);
+    }
 }
