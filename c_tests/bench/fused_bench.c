@@ -15,16 +15,16 @@
  * one-rank communicator with the shard cut into R x c chunks, c being the
  * chunks per rank the library runs at R ranks (all-gather-matmul: with a
  * symmetric A and aGathered; matmul-reduce-scatter: one per destination
- * unless SYMM_FUSED_WORKSPACE_BYTES bounds the rounds), against one
+ * unless the workspace bound (SYMM_FUSED_WORKSPACE_MAX_BYTES) cuts rounds), against one
  * monolithic GEMM of the same total shape: efficiency = monolithic time /
- * chunked time. The chunks run as the pipeline runs them (the first on the
- * caller's stream, the rest on the compute stream, with the SMs the
- * pipeline leaves free).
+ * chunked time. The chunks run as the pipeline runs them (alternating
+ * between its two GEMM streams, with the SMs the pipeline leaves free).
  *
  * Options: --op=ag|rs|both, --dtype=bf16|fp16|fp32|e4m3, --shape=M,N,K
  * (total rows, columns, inner dimension; repeatable; default the seed
  * shapes M = 8192 * nranks, 8192, 8192 and 32768, 8192, 16384),
  * --iters=N (20), --warmup=N (5), --chunks=C (chunksPerRank; 0 default),
+ * --pairs=N (--efficiency: timed pairs of one GEMM and the chunks; 9),
  * --plain-a (A in cudaMalloc memory instead of symmetric memory),
  * --no-gathered (all-gather-matmul without aGathered), --vs-nccl,
  * --nccl-lib=PATH.
@@ -40,11 +40,13 @@
 #define MAX_SHAPES 8
 
 static struct {
-  int ag, rs, dtype, iters, warmup, chunks, plain_a, no_gathered, vs_nccl, efficiency;
+  int ag, rs, dtype, iters, warmup, chunks, plain_a, no_gathered, vs_nccl, efficiency, pairs;
   const char *nccl_lib;
   size_t shapes[MAX_SHAPES][3];
   int nshapes;
-} O = {.ag = 1, .rs = 1, .dtype = symmBfloat16, .iters = 20, .warmup = 5};
+} O = {.ag = 1, .rs = 1, .dtype = symmBfloat16, .iters = 20, .warmup = 5, .pairs = 9};
+
+#define MAX_PAIRS 64
 
 static symmComm_t g_gemm[TW_MAX_RANKS]; /* one-rank communicators: "the same GEMM" */
 static bn_comm g_nccl[TW_MAX_RANKS];
@@ -70,6 +72,7 @@ static int option(const char *arg, void *ctx) {
   } else if (sscanf(arg, "--iters=%d", &O.iters) == 1 && O.iters > 0) {
   } else if (sscanf(arg, "--warmup=%d", &O.warmup) == 1 && O.warmup >= 0) {
   } else if (sscanf(arg, "--chunks=%d", &O.chunks) == 1 && O.chunks >= 0) {
+  } else if (sscanf(arg, "--pairs=%d", &O.pairs) == 1 && O.pairs > 0 && O.pairs <= MAX_PAIRS) {
   } else if (!strcmp(arg, "--plain-a")) O.plain_a = 1;
   else if (!strcmp(arg, "--no-gathered")) O.no_gathered = 1;
   else if (!strcmp(arg, "--vs-nccl")) O.vs_nccl = 1;
@@ -96,11 +99,23 @@ static size_t bounded_chunk_rows(size_t rows, size_t want, size_t fit) {
   return chunk_rows(rows, (rows + aim - 1) / aim);
 }
 
-/* SYMM_FUSED_WORKSPACE_BYTES as src/config.rs reads it (1 MiB .. 64 GiB, else 256 MiB). */
-static size_t workspace_bytes(void) {
-  const char *e = getenv("SYMM_FUSED_WORKSPACE_BYTES");
+/* A workspace size variable as src/config.rs reads it (1 MiB .. 64 GiB, else `dflt`). */
+static size_t env_bytes(const char *name, size_t dflt) {
+  const char *e = getenv(name);
   const double v = e && *e ? strtod(e, NULL) : 0;
-  return v >= (double)(1 << 20) && v <= 68719476736.0 ? (size_t)v : (size_t)256 << 20;
+  return v >= (double)(1 << 20) && v <= 68719476736.0 ? (size_t)v : dflt;
+}
+
+/* The workspace a call wanting `need` bytes runs with: the first size
+ * (SYMM_FUSED_WORKSPACE_BYTES, 256 MiB), grown up to
+ * SYMM_FUSED_WORKSPACE_MAX_BYTES (2 GiB; the first size when only that is
+ * set), as src/fused/state.rs grows it. */
+static size_t workspace_bytes(size_t need) {
+  const char *set = getenv("SYMM_FUSED_WORKSPACE_BYTES");
+  const size_t lo = env_bytes("SYMM_FUSED_WORKSPACE_BYTES", (size_t)256 << 20);
+  size_t hi = env_bytes("SYMM_FUSED_WORKSPACE_MAX_BYTES", set && *set ? lo : (size_t)2 << 30);
+  if (hi < lo) hi = lo;
+  return need < lo ? lo : need > hi ? hi : need;
 }
 
 /* Chunks per rank the library runs at R ranks for a shard of `rows` rows:
@@ -108,7 +123,8 @@ static size_t workspace_bytes(void) {
  * symmetric A and aGathered (no workspace slots: src/fused/mod.rs
  * default_chunks); matmul-reduce-scatter one per destination (or `want`)
  * unless the workspace bounds the rounds (matmul_reduce_scatter.rs rounds):
- * one round takes 2 + R partial slots, more take 2 + 2R. 0: refused. */
+ * one round takes 2 + R partial slots, more take 2 + 2R, and the call grows
+ * the workspace to what it takes up to the bound. 0: refused. */
 static size_t lib_chunks(int rs, size_t rows, size_t n, size_t R, size_t want) {
   if (!rs) {
     if (want) return want;
@@ -117,10 +133,11 @@ static size_t lib_chunks(int rs, size_t rows, size_t n, size_t R, size_t want) {
     const size_t cap = rows / 128 ? rows / 128 : 1;
     return c < cap ? c : cap;
   }
-  const size_t ws = workspace_bytes(), prow = n * (O.dtype == symmFloat32 ? 4 : 2);
+  const size_t prow = n * (O.dtype == symmFloat32 ? 4 : 2);
   if (!want) want = 1;
   size_t rc = chunk_rows(rows, want);
   const size_t slots = rc >= rows ? 2 + R : 2 + 2 * R;
+  const size_t ws = workspace_bytes(slots * rc * prow);
   if (rc > ws / (slots * prow)) {
     const size_t fit = ws / ((2 + 2 * R) * prow);
     if (!fit) return 0;
@@ -344,14 +361,40 @@ static void multi_rank(struct tw *w) {
     }
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorts a copy). */
+static double median(const double *v, int n) {
+  double s[MAX_PAIRS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+static double min_of(const double *v, int n) {
+  double m = v[0];
+  for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+  return m;
+}
+
+static double max_of(const double *v, int n) {
+  double m = v[0];
+  for (int i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
 /* One GPU: chunked as R ranks would chunk, against one GEMM. */
 static void efficiency(struct tw *w) {
   struct tw_rank *r = &w->r[0];
   if (w->lead) {
     tw_log(w, "chunked as R ranks chunk: all-gather-matmul with a symmetric A and aGathered, matmul-reduce-scatter "
-              "with SYMM_FUSED_WORKSPACE_BYTES=%zu%s", workspace_bytes(), O.chunks ? " and --chunks" : "");
-    tw_log(w, "%-4s %-5s %7s %6s %6s %5s %7s | %10s %10s | %s", "op", "type", "M", "N", "K", "ranks", "chunks",
-           "one GEMM", "pipeline", "efficiency (TFLOP/s per GPU)");
+              "with a fused workspace of %zu MiB growing up to %zu MiB%s", workspace_bytes(0) >> 20,
+           workspace_bytes((size_t)-1) >> 20, O.chunks ? " and --chunks" : "");
+    tw_log(w, "%-4s %-5s %7s %6s %6s %5s %7s | %10s %10s | %s %d %s", "op", "type", "M", "N", "K", "ranks", "chunks",
+           "one GEMM", "pipeline", "efficiency (TFLOP/s per GPU; medians of", O.pairs, "interleaved pairs)");
   }
   for (int s = 0; s < O.nshapes; s++)
     for (int rs = 0; rs < 2; rs++) {
@@ -368,13 +411,26 @@ static void efficiency(struct tw *w) {
         }
         setup(w, &x);
         const double flop = 2.0 * (double)M * (double)n * (double)x.k;
-        x.chunks = 1;
-        const double t1 = timed(w, enqueue_fused, &x, "one GEMM");
-        x.chunks = (int)(per * (size_t)R);
-        const double tc = timed(w, enqueue_fused, &x, "chunked");
+        /* The clocks follow the power draw, which drifts through a run
+         * (random bf16 operands hold an H100 at its power limit): one
+         * GEMM and the chunks alternate, O.pairs times after one pair
+         * that warms the card, and the medians are reported. */
+        double t1[MAX_PAIRS] = {0}, tc[MAX_PAIRS] = {0}, ratio[MAX_PAIRS] = {0};
+        for (int p = -1; p < O.pairs; p++) {
+          x.chunks = 1;
+          const double a = timed(w, enqueue_fused, &x, "one GEMM");
+          x.chunks = (int)(per * (size_t)R);
+          const double b = timed(w, enqueue_fused, &x, "chunked");
+          if (p < 0) continue;
+          t1[p] = a;
+          tc[p] = b;
+          ratio[p] = a / b;
+        }
+        const double lo = min_of(ratio, O.pairs), hi = max_of(ratio, O.pairs);
         if (w->lead)
-          tw_log(w, "%-4s %-5s %7zu %6zu %6zu %5d %7d | %10.1f %10.1f | %.1f %%", rs ? "mmrs" : "agmm", dname(), M, n,
-                 x.k, R, x.chunks, flop / t1 / 1e9, flop / tc / 1e9, 100.0 * t1 / tc);
+          tw_log(w, "%-4s %-5s %7zu %6zu %6zu %5d %7d | %10.1f %10.1f | %.1f %% (pairs %.1f-%.1f %%)", rs ? "mmrs" : "agmm",
+                 dname(), M, n, x.k, R, x.chunks, flop / median(t1, O.pairs) / 1e9, flop / median(tc, O.pairs) / 1e9,
+                 100.0 * median(ratio, O.pairs), 100.0 * lo, 100.0 * hi);
         teardown(w, &x);
       }
     }
@@ -451,7 +507,7 @@ static void body(struct tw *w, void *ctx) {
 int main(int argc, char **argv) {
   static const struct tw_spec spec = {.name = "fused_bench", .modes = "mp,all,one",
       .usage = "[--op=ag|rs|both] [--dtype=bf16|fp16|fp32|e4m3] [--shape=M,N,K]... [--iters=N] [--warmup=N] "
-               "[--chunks=C] [--plain-a] [--no-gathered] [--vs-nccl] [--nccl-lib=PATH] [--efficiency]",
+               "[--chunks=C] [--pairs=N] [--plain-a] [--no-gathered] [--vs-nccl] [--nccl-lib=PATH] [--efficiency]",
       .limit_s = 3600, .stall = 1, .library_timeouts = 1, .option = option, .process_init = cw_process_init,
       .body = body};
   return tw_main(&spec, argc, argv);
