@@ -2,8 +2,11 @@
  * init_all (GPU): symmCommInitAll over every visible GPU, with the default
  * and with explicit device lists; each communicator reports the right
  * count, rank and device; destroy and abort release them (after which the
- * handles are no longer live).
+ * handles are no longer live). The library keeps each device's kernels
+ * loaded between communicators; after the application resets the primary
+ * context (cudaDeviceReset) a new communicator must still run kernels.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +51,51 @@ static void release_all(const char *label, symmComm_t *comms, int n, int use_abo
   }
 }
 
+/* A one-rank all-reduce of 1024 floats on device 0, checked: it launches a
+ * kernel of the library's modules. */
+static void one_rank_all_reduce(const char *label) {
+  char reason[512];
+  REQUIRE(tu_cuda_use_device(0, reason, sizeof reason) == 0, "%s", reason);
+  symmComm_t c;
+  int dev = 0;
+  symmResult_t rc = symmCommInitAll(&c, 1, &dev);
+  CHECK(rc == symmSuccess, "[%s] symmCommInitAll: %s (%s)", label, tu_result_name(rc), symmGetLastError(NULL));
+  if (rc != symmSuccess) return;
+  enum { N = 1024 };
+  float in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (float)i;
+  CUdeviceptr send, recv;
+  CUstream s;
+  CU_REQUIRE(tu_cu.cuMemAlloc(&send, sizeof in));
+  CU_REQUIRE(tu_cu.cuMemAlloc(&recv, sizeof out));
+  CU_REQUIRE(tu_cu.cuStreamCreate(&s, 1));
+  CU_REQUIRE(tu_cu.cuMemcpyHtoD(send, in, sizeof in));
+  rc = symmAllReduce((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, N, symmFloat32, symmSum, c, s);
+  CHECK(rc == symmSuccess, "[%s] symmAllReduce: %s (%s)", label, tu_result_name(rc), symmGetLastError(c));
+  CU_REQUIRE(tu_cu.cuStreamSynchronize(s));
+  CU_REQUIRE(tu_cu.cuMemcpyDtoH(out, recv, sizeof out));
+  CHECK(memcmp(in, out, sizeof in) == 0, "[%s] a one-rank all-reduce did not copy its input", label);
+  CHECK(symmCommDestroy(c) == symmSuccess, "[%s] destroy failed", label);
+  CU_REQUIRE(tu_cu.cuStreamDestroy(s));
+  CU_REQUIRE(tu_cu.cuMemFree(send));
+  CU_REQUIRE(tu_cu.cuMemFree(recv));
+  printf("  [%s] one-rank all-reduce ok\n", label);
+}
+
+/* cuDevicePrimaryCtxReset (what cudaDeviceReset does) between two
+ * communicators, with no communicator alive. */
+static void reset_between_communicators(void) {
+  one_rank_all_reduce("before reset");
+  CUresult (*reset)(CUdevice) = NULL;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib) *(void **)&reset = dlsym(lib, "cuDevicePrimaryCtxReset_v2");
+  REQUIRE(reset != NULL, "cuDevicePrimaryCtxReset_v2 not found in libcuda.so.1");
+  CUdevice d;
+  CU_REQUIRE(tu_cu.cuDeviceGet(&d, 0));
+  CU_REQUIRE(reset(d));
+  one_rank_all_reduce("after reset");
+}
+
 int main(void) {
   char reason[512];
   int ngpus = tu_gpu_count(reason, sizeof reason);
@@ -80,5 +128,6 @@ int main(void) {
     CHECK(rc == symmSuccess, "round %d: symmCommInitAll: %s (%s)", round, tu_result_name(rc), symmGetLastError(NULL));
     if (rc == symmSuccess) CHECK(symmCommDestroy(c) == symmSuccess, "round %d: destroy failed", round);
   }
+  reset_between_communicators();
   return tu_finish("init_all");
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute, CUdevice_P2PAttribute};
 use parking_lot::Mutex;
@@ -13,7 +13,8 @@ use crate::error::{bail, Result};
 
 /// One GPU as used by symmcomm: its retained primary context and the kernel
 /// module loaded into it. Shared by every communicator on that GPU in this
-/// process, so the module is loaded once per device.
+/// process and kept for the rest of the process (see `open`), so the module
+/// is loaded once per device.
 pub struct Device {
     pub ordinal: i32,
     pub handle: CUdevice,
@@ -24,6 +25,12 @@ pub struct Device {
     pub pci_bus_id: String,
     ctx: CUcontext,
     module: Option<Module>,
+    /// A small allocation made with the modules: gone if the context was
+    /// reset, which is how `open` notices (see `still_loaded`).
+    marker: sys::CUdeviceptr,
+    /// Set when the context was found reset: the modules and the marker
+    /// went with it, so Drop must not touch their stale handles.
+    reset: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: CUcontext is a driver handle usable from any thread.
@@ -46,22 +53,48 @@ impl Device {
     }
 
     /// Open (or share) device `ordinal`: retain its primary context and load
-    /// the kernel module into it.
+    /// the kernel module into it, once per process. A device stays open after
+    /// its last communicator is destroyed: loading costs ~100 ms, and each
+    /// unload and reload while the context lived on (the application holds
+    /// it) left ~12 MiB of device memory and ~4 MiB of host memory behind
+    /// (driver 580, one H100: symm_leaks' init cycles with the ranks sharing
+    /// the GPU). Reopened if the primary context was reset meanwhile
+    /// (cudaDeviceReset), which unloads the modules with it.
     pub fn open(ordinal: i32) -> Result<Arc<Device>> {
-        static OPEN: Mutex<Option<HashMap<i32, Weak<Device>>>> = Mutex::new(None);
+        static OPEN: Mutex<Option<HashMap<i32, Arc<Device>>>> = Mutex::new(None);
         let count = super::device_count()?;
         if ordinal < 0 || ordinal >= count {
             bail!(symmInvalidArgument, "CUDA device {ordinal} does not exist ({count} visible)");
         }
         let mut open = OPEN.lock();
         let map = open.get_or_insert_with(HashMap::new);
-        if let Some(dev) = map.get(&ordinal).and_then(Weak::upgrade) {
-            return Ok(dev);
+        if let Some(dev) = map.get(&ordinal) {
+            if dev.still_loaded()? {
+                return Ok(dev.clone());
+            }
+            log::info!(target: "symmcomm::cuda", "device {ordinal}: the primary context was reset; loading the kernels again");
+            dev.reset.store(true, std::sync::atomic::Ordering::Relaxed);
+            map.remove(&ordinal);
         }
         let dev = Arc::new(Self::retain(ordinal)?);
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert(ordinal, Arc::downgrade(&dev));
+        map.insert(ordinal, dev.clone());
         Ok(dev)
+    }
+
+    /// Whether the primary context still holds what we loaded into it: a
+    /// reset leaves it inactive until its next use, and then active but
+    /// empty, so the marker allocation is asked for too (the driver answers
+    /// an error, not a crash, for an address it does not know).
+    fn still_loaded(&self) -> Result<bool> {
+        let (mut flags, mut active) = (0u32, 0i32);
+        cu!(cuDevicePrimaryCtxGetState(self.handle, &mut flags, &mut active))?;
+        if active == 0 {
+            return Ok(false);
+        }
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT;
+        let known = cu!(cuPointerGetAttribute((&mut ctx as *mut CUcontext).cast(), attr, self.marker)).is_ok();
+        Ok(known && ctx == self.ctx)
     }
 
     fn retain(ordinal: i32) -> Result<Device> {
@@ -79,6 +112,8 @@ impl Device {
             pci_bus_id: String::new(),
             ctx,
             module: None,
+            marker: 0,
+            reset: std::sync::atomic::AtomicBool::new(false),
         };
         dev.name = device_name(handle)?;
         dev.sm_count = attribute(handle, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -96,11 +131,11 @@ impl Device {
                 dev.compute_capability.1
             );
         }
-        let module = {
+        {
             let _cur = dev.make_current()?;
-            Module::load(ordinal)?
-        };
-        dev.module = Some(module);
+            dev.module = Some(Module::load(ordinal)?);
+            cu!(cuMemAlloc_v2(&mut dev.marker, 256))?;
+        }
         log::info!(
             target: "symmcomm::cuda",
             "device {ordinal}: {} sm_{}{} with {} SMs, PCI {}",
@@ -131,9 +166,16 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if *self.reset.get_mut() {
+            // Freed by the reset; unloading stale handles could fault.
+            std::mem::forget(self.module.take());
+        }
         if let Some(m) = self.module.take() {
             if let Ok(_cur) = self.make_current() {
                 drop(m);
+                if self.marker != 0 {
+                    let _ = cu!(cuMemFree_v2(self.marker));
+                }
             }
         }
         if let Err(e) = cu!(cuDevicePrimaryCtxRelease_v2(self.handle)) {
