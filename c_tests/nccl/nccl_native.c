@@ -211,6 +211,18 @@ static int run_one(void) {
       }
     }
   }
+  /* A root that is not a rank: refused with a message naming it, nothing enqueued. */
+  for (int bad_root = -1; bad_root <= 1; bad_root += 2) {
+    ncclResult_t rc = ncclGather(sendb, recvb, 16, ncclFloat32, bad_root, c, s);
+    const char *msg = ncclGetLastError(c);
+    if (rc != ncclInvalidArgument || !strstr(msg, "root"))
+      DIE("ncclGather with root %d: %d (%s); want ncclInvalidArgument naming the root", bad_root, rc, msg);
+    rc = ncclScatter(sendb, recvb, 16, ncclFloat32, bad_root, c, s);
+    msg = ncclGetLastError(c);
+    if (rc != ncclInvalidArgument || !strstr(msg, "root"))
+      DIE("ncclScatter with root %d: %d (%s); want ncclInvalidArgument naming the root", bad_root, rc, msg);
+  }
+  if (cudaStreamQuery(s) != cudaSuccess) DIE("a refused gather/scatter left work on the stream");
   ncclResult_t ae;
   NCCL(c, ncclCommGetAsyncError(c, &ae));
   if (ae != ncclSuccess) DIE("async error %d: %s", ae, ncclGetLastError(c));

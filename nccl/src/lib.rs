@@ -541,10 +541,21 @@ fn dispatch(
     native: impl FnOnce(SymmComm) -> c_int,
     forward: impl FnOnce(&'static real::Real, RealComm) -> Result<c_int>,
 ) -> c_int {
+    dispatch_with(api, comm, native_ok, |s| symm_result(native(s), s, "symmcomm"), forward)
+}
+
+/// `dispatch` for a native path that words its own errors.
+fn dispatch_with(
+    api: &'static str,
+    comm: NcclComm,
+    native_ok: bool,
+    native: impl FnOnce(SymmComm) -> Result<()>,
+    forward: impl FnOnce(&'static real::Real, RealComm) -> Result<c_int>,
+) -> c_int {
     boundary(api, comm, || {
         let c = comm::get(comm)?;
         if c.native() && native_ok {
-            return symm_result(native(c.symm), c.symm, "symmcomm");
+            return native(c.symm);
         }
         let (r, rc) = c.forward(api)?;
         let code = forward(r, rc)?;
@@ -601,28 +612,32 @@ nccl_api!(ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c
 
 // Gather and scatter as NCCL builds them: sends and receives in a group.
 nccl_api!(ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclGather", comm, builtin(datatype, None),
-        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, size| {
+    dispatch_with("ncclGather", comm, builtin(datatype, None),
+        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, block| {
             // Everyone sends to the root; the root receives block r from rank r.
             let mut ops = vec![P2P::Send(sendbuff, root)];
             if rank == root {
-                ops.extend((0..n).map(|r| P2P::Recv((recvbuff as usize + r as usize * count * size) as *mut c_void, r)));
+                for r in 0..n {
+                    ops.push(P2P::Recv(block_at(recvbuff as usize, r, block, "recvbuff")? as *mut c_void, r));
+                }
             }
-            ops
+            Ok(ops)
         }),
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclGather, "ncclGather")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
 });
 
 nccl_api!(ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclScatter", comm, builtin(datatype, None),
-        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, size| {
+    dispatch_with("ncclScatter", comm, builtin(datatype, None),
+        |s| rooted_p2p(s, root, datatype, count, stream, |rank, n, block| {
             // The root sends block r to rank r; everyone receives from the root.
             let mut ops = Vec::new();
             if rank == root {
-                ops.extend((0..n).map(|r| P2P::Send((sendbuff as usize + r as usize * count * size) as *const c_void, r)));
+                for r in 0..n {
+                    ops.push(P2P::Send(block_at(sendbuff as usize, r, block, "sendbuff")? as *const c_void, r));
+                }
             }
             ops.push(P2P::Recv(recvbuff, root));
-            ops
+            Ok(ops)
         }),
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclScatter, "ncclScatter")?(sendbuff, recvbuff, count, datatype, root, rc, stream) }))
 });
@@ -640,28 +655,44 @@ fn type_size(datatype: c_int) -> usize {
 
 /// Run the sends and receives `plan(rank, nranks, element size)` gives
 /// (a rooted collective) as one symmcomm group; returns symmcomm's code.
-fn rooted_p2p(s: SymmComm, root: c_int, datatype: c_int, count: usize, stream: Stream, plan: impl FnOnce(c_int, c_int, usize) -> Vec<P2P>) -> c_int {
+/// Where rank `r`'s block of `block` bytes starts in a buffer at `base`.
+fn block_at(base: usize, r: c_int, block: usize, name: &str) -> Result<usize> {
+    block.checked_mul(r as usize).and_then(|off| base.checked_add(off)).ok_or_else(|| {
+        Error::new(NCCL_INVALID_ARGUMENT, format!("{name}: block {r} of {block} bytes lies past the end of the address space"))
+    })
+}
+
+/// A gather or scatter as sends and receives in one group: `plan(rank,
+/// nranks, bytes per block)` lists them. Arguments are checked before any
+/// is posted, so a refused call leaves nothing queued.
+fn rooted_p2p(
+    s: SymmComm,
+    root: c_int,
+    datatype: c_int,
+    count: usize,
+    stream: Stream,
+    plan: impl FnOnce(c_int, c_int, usize) -> Result<Vec<P2P>>,
+) -> Result<()> {
     let (mut rank, mut n) = (-1, -1);
     // SAFETY: a live comm; ints out.
     unsafe {
-        symm::symmCommUserRank(s, &mut rank);
-        symm::symmCommCount(s, &mut n);
+        symm_result(symm::symmCommUserRank(s, &mut rank), s, "symmCommUserRank")?;
+        symm_result(symm::symmCommCount(s, &mut n), s, "symmCommCount")?;
     }
     if !(0..n).contains(&root) {
-        // Let symmcomm word the error: a send to a peer out of range.
-        // SAFETY: arguments checked by symmcomm.
-        return unsafe { symm::symmSend(std::ptr::null(), 1, datatype, root, s, stream) };
+        bail!(NCCL_INVALID_ARGUMENT, "root {root} is not a rank of this {n}-rank communicator");
     }
     if count == 0 {
-        return 0;
+        return Ok(());
     }
+    let Some(block) = count.checked_mul(type_size(datatype)) else {
+        bail!(NCCL_INVALID_ARGUMENT, "count {count} x {} bytes overflows", type_size(datatype));
+    };
+    let ops = plan(rank, n, block)?;
     // SAFETY: no arguments; closed below on every path.
-    let code = unsafe { symm::symmGroupStart() };
-    if code != 0 {
-        return code;
-    }
+    symm_result(unsafe { symm::symmGroupStart() }, s, "symmGroupStart")?;
     let mut first = 0;
-    for op in plan(rank, n, type_size(datatype)) {
+    for op in ops {
         // SAFETY: the caller's buffers, offset within the sizes NCCL's API gives them.
         let code = unsafe {
             match op {
@@ -676,7 +707,7 @@ fn rooted_p2p(s: SymmComm, root: c_int, datatype: c_int, count: usize, stream: S
     }
     // SAFETY: closes the level opened above.
     let end = unsafe { symm::symmGroupEnd() };
-    if first != 0 { first } else { end }
+    symm_result(if first != 0 { first } else { end }, s, "symmcomm")
 }
 
 nccl_api!(ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: NcclComm, stream: Stream) -> c_int {
