@@ -232,7 +232,8 @@ static void ag_inputs(struct tw *w, struct ag_bufs *x, uint32_t salt) {
   }
 }
 
-static void ag_check(struct tw *w, struct ag_bufs *x, const char *what) {
+/* 1 when this process's ranks match the reference. */
+static int ag_check(struct tw *w, struct ag_bufs *x, const char *what) {
   const struct mcase *c = x->c;
   const size_t M = (size_t)w->nranks * c->ms, ldc = c->n + c->ldc_pad;
   int ok = 1;
@@ -255,6 +256,7 @@ static void ag_check(struct tw *w, struct ag_bufs *x, const char *what) {
   }
   tw_check_async(w, what);
   g_failed += !ok;
+  return ok;
 }
 
 static void ag_alloc(struct tw *w, struct ag_bufs *x) {
@@ -309,8 +311,8 @@ static void ag_case(struct tw *w, const struct mcase *c) {
   ag_inputs(w, &x, 10);
   g_cases++;
   if (call_all(w, what, ag_call, &x, c->scale == 2)) {
-    ag_check(w, &x, what);
-    if (w->lead) tw_log(w, "%-110s ok", what);
+    const int ok = ag_check(w, &x, what);
+    if (w->lead) tw_log(w, "%-110s %s", what, ok ? "ok" : "FAILED (see above)");
   } else {
     g_refused++;
     if (w->lead) tw_log(w, "%-110s refused (symmNotSupported)", what);
@@ -373,7 +375,7 @@ static void rs_inputs(struct tw *w, struct rs_bufs *x, uint32_t salt) {
     }
 }
 
-static void rs_check(struct tw *w, struct rs_bufs *x, const char *what) {
+static int rs_check(struct tw *w, struct rs_bufs *x, const char *what) {
   const struct mcase *c = x->c;
   int ok = 1;
   /* beta: the reference rounds twice (reduce-scatter, then + beta * C). */
@@ -382,6 +384,7 @@ static void rs_check(struct tw *w, struct rs_bufs *x, const char *what) {
     ok &= compare(&w->r[i], what, x->cc[i], c->n + c->ldc_pad, x->ref[i], c->n, c->ct, c->ms, c->n, tol);
   tw_check_async(w, what);
   g_failed += !ok;
+  return ok;
 }
 
 static void rs_alloc(struct tw *w, struct rs_bufs *x) {
@@ -426,8 +429,8 @@ static void rs_case(struct tw *w, const struct mcase *c) {
   rs_inputs(w, &x, 20);
   g_cases++;
   if (call_all(w, what, rs_call, &x, c->scale == 2)) {
-    rs_check(w, &x, what);
-    if (w->lead) tw_log(w, "%-110s ok", what);
+    const int ok = rs_check(w, &x, what);
+    if (w->lead) tw_log(w, "%-110s %s", what, ok ? "ok" : "FAILED (see above)");
   } else {
     g_refused++;
     if (w->lead) tw_log(w, "%-110s refused (symmNotSupported)", what);
@@ -466,6 +469,7 @@ static void graph_case(struct tw *w, const struct mcase *c, int rs) {
     TW_CU(tu_cu.cuGraphDestroy(g));
   }
   const int replays = g_quick ? 4 : 10;
+  int good = 0;
   for (int k = 0; k < replays; k++) {
     char rep[340];
     snprintf(rep, sizeof rep, "%s replay %d", what, k);
@@ -480,16 +484,13 @@ static void graph_case(struct tw *w, const struct mcase *c, int rs) {
       TW_CU(tu_cu.cuGraphLaunch(exec[i], w->r[i].stream));
     }
     g_cases++;
-    if (rs)
-      rs_check(w, &rsb, rep);
-    else
-      ag_check(w, &ag, rep);
+    good += rs ? rs_check(w, &rsb, rep) : ag_check(w, &ag, rep);
   }
   for (int i = 0; i < w->nlocal; i++) {
     tw_use(&w->r[i]);
     TW_CU(tu_cu.cuGraphExecDestroy(exec[i]));
   }
-  if (w->lead) tw_log(w, "%-110s %d replays ok", what, replays);
+  if (w->lead) tw_log(w, "%-110s %d of %d replays ok", what, good, replays);
   if (rs)
     rs_free(w, &rsb);
   else
