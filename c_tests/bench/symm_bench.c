@@ -1274,6 +1274,17 @@ static void capture_timeline(void) {
   if (w < sizeof g_timeline) snprintf(g_timeline + w, sizeof g_timeline - w, "\n");
 }
 
+/* Empty rank 0's timeline record (a read with capacity > 0 clears it), so
+ * that the next capture sees only the kernels run after this: a kernel
+ * that records nothing (LL, send/recv) then reads as none, not as the
+ * previous column's. */
+static void clear_timeline(void) {
+  if (!timeline_on() || W.r[0].t->rank != 0) return;
+  symmTimelineEvent_t one;
+  size_t n = 0;
+  SYMM(&W.r[0], symmCommGetTimeline(W.r[0].t->comm, &one, 1, &n));
+}
+
 /* Every local communicator runs `algo` (NULL: its SYMM_ALGO) from now on. */
 static void set_algo(const char *algo) {
   wait_all("switching algorithms");
@@ -1309,6 +1320,7 @@ static void run_collective(enum coll c, struct totals *all) {
       if (L.size == last_size) continue; /* rounding made it the same as the last row */
       last_size = L.size;
       struct column oop, ip;
+      clear_timeline();
       run_column(c, IMPL_SYMM, 0, &L, &pat, &oop);
       capture_timeline();
       run_column(c, IMPL_SYMM, 1, &L, &pat, &ip);
