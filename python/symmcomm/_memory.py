@@ -29,7 +29,7 @@ import threading
 import weakref
 
 from . import _dlpack
-from ._torch import invalid, require_torch
+from ._torch import invalid, require_torch, shape_elements
 from ._types import ReduceOp
 
 # Every registry of a live communicator, to map an address to its owner.
@@ -153,15 +153,10 @@ class Registry:
     # -- allocation ---------------------------------------------------------
     def empty(self, size: tuple, dtype):
         """Collective: reclaim garbage, then allocate a symmetric tensor."""
-        torch = require_torch("symmetric tensors")
+        require_torch("symmetric tensors")
         self._check_not_capturing("allocating symmetric memory")
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in size:
-            if s < 0:
-                raise invalid(f"negative dimension {s} in size {size}")
-            numel *= s
-        nbytes = numel * itemsize
+        itemsize = dtype.itemsize
+        nbytes = shape_elements(size, "size") * itemsize
         self.collect()
         comm = self.comm
         ptr = comm.library.symmMemAlloc(comm.handle, max(nbytes, itemsize))

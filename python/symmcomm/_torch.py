@@ -67,6 +67,17 @@ def check_tensor(t, name: str, device_index: int, contiguous: bool = True):
     return t
 
 
+def shape_elements(size, what: str) -> int:
+    """Elements of a tensor of shape ``size``; an error naming a negative
+    dimension."""
+    numel = 1
+    for s in size:
+        if s < 0:
+            raise invalid(f"negative dimension {s} in {what} {tuple(size)}")
+        numel *= s
+    return numel
+
+
 def movement_type(dtype) -> tuple[DataType, int]:
     """(element type, elements per torch element) to move ``dtype`` bit for
     bit: its own type, the real type of a complex, or bytes for any other."""
@@ -75,8 +86,8 @@ def movement_type(dtype) -> tuple[DataType, int]:
         return TORCH_DTYPES[name], 1
     if name in COMPLEX_DTYPES:
         return COMPLEX_DTYPES[name], 2
-    torch = require_torch("moving tensors")
-    return DataType.Uint8, torch.empty((), dtype=dtype).element_size()
+    require_torch("moving tensors")
+    return DataType.Uint8, dtype.itemsize
 
 
 def reduction_type(dtype, op: ReduceOp) -> tuple[DataType, int, ReduceOp]:

@@ -43,7 +43,7 @@ import operator
 import threading
 
 from . import _dlpack, _memory
-from ._torch import check_tensor, invalid, require_torch, stream_handle
+from ._torch import check_tensor, invalid, require_torch, shape_elements, stream_handle
 from ._types import SIGNAL_CHANNELS
 from .communicator import Communicator, _device_index, _int_arg
 
@@ -347,17 +347,13 @@ class SymmetricMemory:
         return rank
 
     def _view(self, kind: str, rank: int, nbytes_total: int, sizes, dtype, storage_offset: int, make_storage):
-        torch = require_torch("symmetric tensors")
+        require_torch("symmetric tensors")
         if isinstance(sizes, int):
             sizes = (sizes,)
         sizes = tuple(operator.index(s) for s in sizes)
         storage_offset = _int_arg(storage_offset, "storage_offset")
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        numel = 1
-        for s in sizes:
-            if s < 0:
-                raise invalid(f"negative dimension in sizes {sizes}")
-            numel *= s
+        itemsize = dtype.itemsize
+        numel = shape_elements(sizes, "sizes")
         if storage_offset < 0 or (storage_offset + numel) * itemsize > nbytes_total:
             raise invalid(f"{kind} view of {sizes} {dtype} at element offset {storage_offset} needs "
                           f"{(storage_offset + numel) * itemsize} bytes; the {kind} has {nbytes_total}")
@@ -384,8 +380,7 @@ class SymmetricMemory:
         rank = self._rank(rank)
         dtype = torch.uint32 if dtype is None else dtype
         if sizes is None or (not isinstance(sizes, int) and len(sizes) == 0):
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            sizes = (self.signal_pad_size // itemsize - storage_offset,)
+            sizes = (self.signal_pad_size // dtype.itemsize - storage_offset,)
         ptr = self.signal_pad_ptrs[rank]
         t = self._view("signal pad", rank, self.signal_pad_size, sizes, dtype, storage_offset,
                        lambda: _dlpack.byte_storage(ptr, self.signal_pad_size, self.comm.device_index,
