@@ -20,11 +20,23 @@ struct SymmFusedSyncArgs {
 static_assert(sizeof(SymmFusedSyncArgs) == sizeof(SymmFlagArgs) + 8 + 8 * SYMM_MAX_RANKS + 16,
               "SymmFusedSyncArgs layout");
 
+// Wait details (the "wait detail" of a timeout message), one per wait of
+// this file: the start sync's slot reuse and arrival (and a mismatch
+// record), a put waiting for the peer to consume the previous flag, a wait
+// for a peer's flag.
+enum : uint32_t {
+  SYMM_FUSED_WAIT_SYNC_SEND = 0x40,
+  SYMM_FUSED_WAIT_SYNC_RECV = 0x41,
+  SYMM_FUSED_WAIT_SYNC_MISMATCH = 0x42,
+  SYMM_FUSED_WAIT_PUT = 0x43,
+  SYMM_FUSED_WAIT_FLAG = 0x44,
+};
+
 SYMM_KERNEL void symm_fused_sync(SymmFusedSyncArgs a) {
   const uint32_t p = threadIdx.x, me = a.flags.wait.rank;
   if (p >= a.flags.nranks || p == me) return;
   uint32_t* out = a.flags.remote[p] + me;
-  SymmSpin send(a.flags.wait, p, 0);
+  SymmSpin send(a.flags.wait, p, SYMM_FUSED_WAIT_SYNC_SEND);
   while (symm_ld_acquire_sys(out) != 0u)
     if (send.give_up()) return;
   volatile uint32_t* slot = a.peer_desc[p] + me * 4;
@@ -33,7 +45,7 @@ SYMM_KERNEL void symm_fused_sync(SymmFusedSyncArgs a) {
   symm_st_release_sys(out, 1u);
 
   uint32_t* in = a.flags.local + p;
-  SymmSpin recv(a.flags.wait, p, 1);
+  SymmSpin recv(a.flags.wait, p, SYMM_FUSED_WAIT_SYNC_RECV);
   while (symm_ld_acquire_sys(in) != 1u)
     if (recv.give_up()) return;
   uint32_t theirs[4];
@@ -43,7 +55,7 @@ SYMM_KERNEL void symm_fused_sync(SymmFusedSyncArgs a) {
   bool differ = false;
   for (int k = 0; k < 4; ++k) differ |= theirs[k] != a.mine[k];
   if (differ) {
-    SymmSpin rec(a.flags.wait, p, 2);
+    SymmSpin rec(a.flags.wait, p, SYMM_FUSED_WAIT_SYNC_MISMATCH);
     rec.record_mismatch(a.mine, theirs);
   }
 }
@@ -60,7 +72,7 @@ SYMM_KERNEL void symm_fused_put(SymmFlagArgs a) {
   const uint32_t p = threadIdx.x;
   if (!fused_is_target(a, p)) return;
   uint32_t* slot = a.remote[p] + a.wait.rank;
-  SymmSpin spin(a.wait, p, 0);
+  SymmSpin spin(a.wait, p, SYMM_FUSED_WAIT_PUT);
   __threadfence_system();
   while (symm_cas_release_sys(slot, 0u, 1u) != 0u)
     if (spin.give_up()) return;
@@ -71,7 +83,7 @@ SYMM_KERNEL void symm_fused_wait(SymmFlagArgs a) {
   const uint32_t p = threadIdx.x;
   if (!fused_is_target(a, p)) return;
   uint32_t* slot = a.local + p;
-  SymmSpin spin(a.wait, p, 1);
+  SymmSpin spin(a.wait, p, SYMM_FUSED_WAIT_FLAG);
   while (symm_cas_acquire_sys(slot, 1u, 0u) != 1u)
     if (spin.give_up()) return;
 }
