@@ -1,6 +1,6 @@
 //! `symmAllGatherMatmul`: C ((nranks * mShard) x n) = all_gather(A shard) * B.
 //!
-//! Pipeline (nranks > 1), on three streams forked off the caller's:
+//! Pipeline (nranks > 1), on streams forked off the caller's:
 //! - caller's stream: this rank's own rows first, one GEMM straight from
 //!   the shard (no data to wait for);
 //! - copy stream: a start sync (every rank's shard is ready; the ranks
@@ -8,9 +8,9 @@
 //!   engines, chunk by chunk (chunk j of rank+1, rank+2, ..., then chunk
 //!   j+1), into `aGathered` or a ring of workspace slots; an end barrier
 //!   (no peer still reads this rank's shard);
-//! - compute stream: one GEMM per pulled chunk, each ordered after its
-//!   pull by an event; with the ring, a slot is pulled into again only once
-//!   the GEMM that read it is done (another event).
+//! - the two GEMM streams, alternately: one GEMM per pulled chunk, each
+//!   ordered after its pull by an event; with the ring, a slot is pulled
+//!   into again only once the GEMM that read it is done (another event).
 //!
 //! Where peers read a shard: a symmetric or registered A is read where it
 //! is (zero-copy). A plain A is staged: each rank copies chunk j into one
@@ -19,9 +19,9 @@
 //! pulls of round j-1) makes round j+1's copy safe. All ranks must pass the
 //! same kind of A (the start sync checks).
 //!
-//! With one rank the shard is cut into `chunksPerRank` GEMMs (the first on
-//! the caller's stream, the rest on the compute stream): the chunk GEMMs of
-//! an n-rank pipeline, measurable on one GPU.
+//! With one rank the shard is cut into `chunksPerRank` GEMMs, alternating
+//! between the two GEMM streams: the chunk GEMMs of an n-rank pipeline,
+//! measurable on one GPU.
 
 use cudarc::driver::sys::CUstream;
 

@@ -277,7 +277,7 @@ fn enqueue_rounds(s: &mut impl Steps, r: &Rounds) -> Result<()> {
         s.reduce(src, row0, rows)?;
         if j + 2 < r.chunks {
             // Round j+2 reuses the parity's slots: this rank's own partial
-            // (the compute stream waits for this event) and the peers'
+            // (its GEMM stream waits for this event) and the peers'
             // (they wait for this flag).
             s.record_slot(OWN_SLOT + p, On::Caller)?;
             s.put(free(p), ALL_PEERS, On::Caller)?;

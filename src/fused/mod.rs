@@ -7,13 +7,13 @@
 //! - [`state`]: per-communicator resources, made at the first fused call.
 //! - [`allgather_matmul`], [`matmul_reduce_scatter`]: the two pipelines.
 //!
-//! Everything is enqueued on the caller's stream: the call forks two
-//! internal streams (one for the chunk GEMMs, one for copies and flag
-//! kernels) off it with an event and joins them back with events, which
-//! CUDA graphs capture like any other work. Data moves on the copy engines
-//! (`cuMemcpy2DAsync` from or to peer memory), so the SMs stay with the
-//! GEMMs; only one-warp flag kernels and the reduce-scatter's final local
-//! reduction use them. Ordering between this rank's streams uses events;
+//! Everything is enqueued on the caller's stream: the call forks three
+//! internal streams (two that the chunk GEMMs alternate between, one for
+//! copies and flag kernels) off it with an event and joins them back with
+//! events, which CUDA graphs capture like any other work. Data moves on the
+//! copy engines (`cuMemcpy2DAsync` from or to peer memory), so the SMs stay
+//! with the GEMMs; only one-warp flag kernels and the reduce-scatter's
+//! final local reduction use them. Ordering between this rank's streams uses events;
 //! ordering with peers uses the bounded flag kernels of kernels/fused.cu.
 
 pub mod allgather_matmul;

@@ -1,6 +1,7 @@
 //! Per-communicator resources of the fused ops, made at the first fused
-//! call: a cuBLASLt handle, two internal streams, events, two cuBLASLt
-//! workspaces, and the symmetric workspace. Also the small enqueue helpers
+//! call: a cuBLASLt handle, three internal streams (two for GEMMs, one for
+//! copies and flag kernels), events, three cuBLASLt workspaces, and the
+//! symmetric workspace (grown later when a call wants more, see `lock`). Also the small enqueue helpers
 //! the pipelines share (fork/join, copies, flag kernels, the reduction).
 //!
 //! The symmetric workspace (`SYMM_FUSED_WORKSPACE_BYTES` per rank, 256 MiB
