@@ -688,6 +688,17 @@ impl Comm {
     /// or registered buffer (returned), or plain device memory of this GPU
     /// (cached, see [`CheckCache`]).
     pub(crate) fn check_buffer(&self, ptr: *const c_void, bytes: usize, name: &str) -> Result<Option<BufferEntry>> {
+        self.check_buffer_cached(ptr, bytes, name, !self.coll.check)
+    }
+
+    /// `check_buffer` asking the driver about a plain buffer every call:
+    /// for calls whose work dwarfs the query (the fused ops' GEMMs), so a
+    /// smaller buffer allocated where a remembered one was freed is caught.
+    pub(crate) fn check_buffer_uncached(&self, ptr: *const c_void, bytes: usize, name: &str) -> Result<Option<BufferEntry>> {
+        self.check_buffer_cached(ptr, bytes, name, false)
+    }
+
+    fn check_buffer_cached(&self, ptr: *const c_void, bytes: usize, name: &str, use_cache: bool) -> Result<Option<BufferEntry>> {
         if ptr.is_null() {
             bail!(symmInvalidArgument, "{name} is NULL");
         }
@@ -695,7 +706,7 @@ impl Comm {
             return Ok(Some(e));
         }
         let checks = &self.coll.checks;
-        if !self.coll.check && checks.knows_range(ptr as u64, bytes as u64) {
+        if use_cache && checks.knows_range(ptr as u64, bytes as u64) {
             return Ok(None);
         }
         let range = launch::check_device_buffer(&self.device, ptr, bytes, name)?;

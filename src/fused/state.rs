@@ -1,15 +1,19 @@
 //! Per-communicator resources of the fused ops, made at the first fused
 //! call: a cuBLASLt handle, three internal streams (two for GEMMs, one for
 //! copies and flag kernels), events, three cuBLASLt workspaces, and the
-//! symmetric workspace (grown later when a call wants more, see `lock`). Also the small enqueue helpers
-//! the pipelines share (fork/join, copies, flag kernels, the reduction).
+//! symmetric workspace (grown later when a call wants more, see `lock`).
+//! Also the small enqueue helpers the pipelines share (fork/join, copies,
+//! flag kernels, the reduction).
 //!
 //! The symmetric workspace (`SYMM_FUSED_WORKSPACE_BYTES` per rank, 256 MiB
-//! by default) is allocated collectively, like symmMemAlloc, so the first
-//! fused call on a communicator is a collective host call: every rank makes
-//! it (they do anyway; the fused calls are collectives), a thread driving
-//! several ranks makes it inside symmGroupStart/End, and it cannot be
-//! captured into a graph (it allocates). Later calls only enqueue.
+//! by default, or what the first call wants up to
+//! `SYMM_FUSED_WORKSPACE_MAX_BYTES`) is allocated collectively, like
+//! symmMemAlloc, so the first fused call on a communicator is a collective
+//! host call: every rank makes it (they do anyway; the fused calls are
+//! collectives), a thread driving several ranks makes it inside
+//! symmGroupStart/End, and it cannot be captured into a graph (it
+//! allocates). A later call that wants more grows it the same way (uncaptured
+//! only); other calls only enqueue.
 //!
 //! Never block the host once a flag kernel may spin. A rank's call enqueues
 //! kernels that wait for its peers, and a thread driving several ranks
@@ -136,10 +140,9 @@ unsafe impl Send for State {}
 /// same call with the same shapes, so every rank does it at the same call.
 pub fn lock(comm: &Comm, stream: CUstream, want: usize) -> Result<StateGuard<'_>> {
     let mut g = comm.fused.lock();
-    let capturing = is_capturing(stream)?;
     match g.as_mut().and_then(|b| b.downcast_mut::<State>()) {
         None => {
-            if capturing {
+            if is_capturing(stream)? {
                 bail!(
                     symmInvalidUsage,
                     "the first fused call on a communicator allocates its workspace and cannot be captured in a CUDA graph; \
@@ -151,7 +154,7 @@ pub fn lock(comm: &Comm, stream: CUstream, want: usize) -> Result<StateGuard<'_>
         }
         Some(st) => {
             if let Some(bytes) = grown_size(st.ws_bytes, want) {
-                if capturing {
+                if is_capturing(stream)? {
                     log::info!(
                         target: "symmcomm::fused",
                         "rank {}: a captured fused call wants {} MiB of workspace, the communicator has {}: it runs in smaller \
@@ -562,13 +565,7 @@ pub fn check_comm(comm: &Comm, stream: CUstream) -> Result<()> {
 /// the cache would let a smaller buffer allocated where a remembered one
 /// was freed through (coll::CheckCache).
 pub fn check_buffer(comm: &Comm, ptr: u64, bytes: usize, name: &str) -> Result<()> {
-    if ptr == 0 {
-        bail!(symmInvalidArgument, "{name} is NULL");
-    }
-    if comm.mem.find(ptr, bytes as u64).is_some() {
-        return Ok(());
-    }
-    launch::check_device_buffer(&comm.device, ptr as *const c_void, bytes, name).map(|_| ())
+    comm.check_buffer_uncached(ptr as *const c_void, bytes, name).map(|_| ())
 }
 
 /// FNV-1a of some words folded to 32 bits, for the call descriptors.
