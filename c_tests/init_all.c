@@ -6,7 +6,6 @@
  * loaded between communicators; after the application resets the primary
  * context (cudaDeviceReset) a new communicator must still run kernels.
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,13 +85,11 @@ static void one_rank_all_reduce(const char *label) {
  * communicators, with no communicator alive. */
 static void reset_between_communicators(void) {
   one_rank_all_reduce("before reset");
-  CUresult (*reset)(CUdevice) = NULL;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (lib) *(void **)&reset = dlsym(lib, "cuDevicePrimaryCtxReset_v2");
-  REQUIRE(reset != NULL, "cuDevicePrimaryCtxReset_v2 not found in libcuda.so.1");
+  char reason[512];
+  REQUIRE(tu_cuda_load_ext(reason, sizeof reason) == 0, "%s", reason);
   CUdevice d;
   CU_REQUIRE(tu_cu.cuDeviceGet(&d, 0));
-  CU_REQUIRE(reset(d));
+  CU_REQUIRE(tu_cu.cuDevicePrimaryCtxReset(d));
   one_rank_all_reduce("after reset");
 }
 

@@ -176,6 +176,7 @@ static const struct {
     {"cuGraphLaunch", &tu_cu.cuGraphLaunch},
     {"cuGraphExecDestroy", &tu_cu.cuGraphExecDestroy},
     {"cuGraphDestroy", &tu_cu.cuGraphDestroy},
+    {"cuDevicePrimaryCtxReset_v2", &tu_cu.cuDevicePrimaryCtxReset},
 };
 
 /* dlsym into a function-pointer slot; the POSIX-sanctioned conversion. */

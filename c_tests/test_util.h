@@ -144,6 +144,7 @@ struct tu_cuda_api {
   CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
   CUresult (*cuGraphDestroy)(CUgraph graph);
+  CUresult (*cuDevicePrimaryCtxReset)(CUdevice dev); /* cuDevicePrimaryCtxReset_v2 */
 };
 
 /* Filled by tu_cuda_load. */
