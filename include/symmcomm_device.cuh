@@ -48,8 +48,9 @@
  *     through barriers, signals or kernel boundaries.
  *
  * Bounded waits. Every wait here gives up after the communicator's
- * SYMM_TIMEOUT, or at once when the host calls symmCommAbort, or when
- * another wait of the communicator on this rank already failed. It then
+ * SYMM_TIMEOUT, within 10 ms when the host calls symmCommAbort
+ * (SYMM_DEV_SPIN_STATUS_NS), or when another wait of the communicator on
+ * this rank already failed. It then
  * returns a failure code (never traps: the CUDA context stays usable), and
  * the first failure is recorded in the communicator's status, naming the
  * rank, the function, the slot, the peer waited for and the values, so
@@ -272,30 +273,53 @@ __device__ __forceinline__ symmResult_t invalid(const symmDevComm& dc, uint32_t 
   return symmInvalidArgument;
 }
 
+/* The code of the error recorded on this rank, once errorGuard is set: the
+ * recorder writes `error` last, so a reader that comes in mid-write re-reads
+ * (bounded). Reads host-mapped memory: for the moment a wait gives up, not
+ * for inner loops. */
+__device__ __forceinline__ symmResult_t recorded_error(const symmDevComm& dc) {
+  const volatile symmDevStatus* s = dc.status;
+  for (int k = 0; k < (1 << 16); ++k)
+    if (const uint32_t e = s->error) return code_of(e);
+  return symmInternalError;
+}
+
+/* How often, at most, a spinning thread reads the host-mapped abort flag
+ * (ns): each read crosses PCIe, and thousands of spinning threads reading
+ * it often starve the GPU's fetches of newly launched work (the library's
+ * kernels/common.cuh says more). An abort is noticed within this. */
+#define SYMM_DEV_SPIN_STATUS_NS 10000000ull
+
 /* The bound on a spin-wait: call poll() once per unsuccessful check. Every
- * 1024th call reads %globaltimer and the status (abort flag, an error
- * recorded by another wait); on timeout or abort it records the failure
+ * 1024th call reads %globaltimer and the device word errorGuard (set once
+ * any wait recorded an error), and every SYMM_DEV_SPIN_STATUS_NS of waiting
+ * the host-mapped abort flag; on timeout or abort it records the failure
  * once and returns its code. */
 struct Spin {
   const symmDevComm& dc;
   uint64_t start;
+  uint64_t nextStatus;
   uint32_t iters;
 
-  __device__ __forceinline__ explicit Spin(const symmDevComm& d) : dc(d), start(globaltimer()), iters(0) {}
+  __device__ __forceinline__ explicit Spin(const symmDevComm& d)
+      : dc(d), start(globaltimer()), nextStatus(start + SYMM_DEV_SPIN_STATUS_NS), iters(0) {}
 
   __device__ __forceinline__ symmResult_t poll(uint32_t fn, uint32_t slot, uint32_t peer, uint64_t value,
                                                uint64_t seen, uint32_t cmp) {
     if ((++iters & 1023u) != 0) return symmSuccess;
     const uint64_t now = globaltimer();
-    volatile symmDevStatus* s = dc.status;
-    if (s->abort) {
-      record(dc, kErrAborted, fn, slot, peer, value, seen, cmp, now - start);
-      return symmRemoteError;
-    }
-    if (const uint32_t e = s->error) return code_of(e);
+    if (*(const volatile uint32_t*)dc.errorGuard) return recorded_error(dc);
     if (now - start > dc.timeoutNs) {
       record(dc, kErrTimeout, fn, slot, peer, value, seen, cmp, now - start);
       return symmTimeout;
+    }
+    if ((int64_t)(now - nextStatus) >= 0) {
+      nextStatus = now + SYMM_DEV_SPIN_STATUS_NS;
+      const volatile symmDevStatus* s = dc.status;
+      if (s->abort) {
+        record(dc, kErrAborted, fn, slot, peer, value, seen, cmp, now - start);
+        return symmRemoteError;
+      }
     }
     return symmSuccess;
   }
@@ -307,10 +331,8 @@ struct Spin {
  * recorder is mid-write, after a short bounded re-read). */
 __device__ __forceinline__ symmResult_t block_result(const symmDevComm& dc, symmResult_t mine) {
   if (!__syncthreads_or(mine != symmSuccess)) return symmSuccess;
-  volatile symmDevStatus* s = dc.status;
-  for (int k = 0; k < (1 << 16); ++k)
-    if (const uint32_t e = s->error) return code_of(e);
-  return mine != symmSuccess ? mine : symmInternalError;
+  const symmResult_t recorded = recorded_error(dc);
+  return recorded != symmInternalError ? recorded : mine != symmSuccess ? mine : symmInternalError;
 }
 
 __device__ __forceinline__ bool team_ok(const symmDevComm& dc, const symmDevTeam& t) {

@@ -43,37 +43,59 @@ __device__ __forceinline__ uint64_t symm_globaltimer() {
 
 // Wrap-safe "a is at or after b" for 32-bit epochs/sequence numbers.
 __device__ __forceinline__ bool symm_seq_geq(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+__device__ __forceinline__ bool symm_seq_geq64(uint64_t a, uint64_t b) { return (int64_t)(a - b) >= 0; }
 
 #include "abi.cuh"
 
 // A bounded spin-wait. Call give_up() once per loop iteration: it is a
 // counter increment except every 1024th call, which reads %globaltimer and
-// the host-visible status (abort flag, an error recorded by another wait).
-// On timeout or abort it records the error once and tells the caller to
-// return; kernels never trap, so the context stays usable.
+// the communicator's error guard (device memory: another wait already gave
+// up), and at most once per SYMM_SPIN_STATUS_NS of waiting the host-visible
+// status (the abort flag). On timeout or abort it records the error once
+// and tells the caller to return; kernels never trap, so the context stays
+// usable.
+//
+// Why the host status is read so rarely: it lies in host memory, so each
+// read crosses PCIe. An LL kernel spins with one thread per 8 data bytes
+// (32K threads at 256 KiB); when each read the status every 1024 polls,
+// their reads flooded the GPU's path to host memory, which also carries the
+// GPU's fetches of newly launched work: the next launches on that GPU came
+// late, the peer waited for them, and eager 2-rank all-reduces ran at 0.3-1
+// ms a call (docs/PERFORMANCE.md, "The two-rank eager stall"). NCCL reads
+// its abort flag every million spins for the same reason.
+#define SYMM_SPIN_STATUS_NS 10000000ull  // 10 ms: how late an abort is noticed, at most
+
 struct SymmSpin {
   const SymmWaitCtx& ctx;
   uint64_t start;
+  uint64_t next_status;
   uint32_t iters;
   uint32_t peer;
   uint32_t detail;
 
   __device__ SymmSpin(const SymmWaitCtx& c, uint32_t peer_, uint32_t detail_)
-      : ctx(c), start(0), iters(0), peer(peer_), detail(detail_) {}
+      : ctx(c), start(0), next_status(0), iters(0), peer(peer_), detail(detail_) {}
 
   __device__ bool give_up() {
     if ((++iters & 1023u) != 0) return false;
     const uint64_t now = symm_globaltimer();
-    if (start == 0) start = now;
-    volatile SymmStatus* s = ctx.status;
-    if (s->abort) {
-      record(SYMM_DEV_ABORTED, now);
-      return true;
+    if (start == 0) {
+      start = now;
+      next_status = now + SYMM_SPIN_STATUS_NS;
     }
-    if (s->error) return true;  // another wait already gave up: the communicator is broken
+    // Set by the first wait that recorded an error: the communicator is broken.
+    if (*(volatile uint32_t*)ctx.error_guard) return true;
     if (now - start > ctx.timeout_ns) {
       record(SYMM_DEV_TIMEOUT, now);
       return true;
+    }
+    if (symm_seq_geq64(now, next_status)) {
+      next_status = now + SYMM_SPIN_STATUS_NS;
+      volatile SymmStatus* s = ctx.status;
+      if (s->abort) {
+        record(SYMM_DEV_ABORTED, now);
+        return true;
+      }
     }
     return false;
   }
