@@ -51,6 +51,7 @@
 
 #include "bench_cuda.h"
 #include "bench_nccl.h"
+#include "bench_world.h"
 #include "coll_util.h"
 
 #define PROG "device_bench"
@@ -66,28 +67,13 @@ static struct {
 } O = {.minb = 8, .maxb = 256 << 10, .factor = 2, .iters = 200, .replays = 3, .hidden = 4096, .blocks = 32,
        .check = 1, .oneshot = 1, .rmsnorm = 1};
 
-/* "8", "64K", "1M", "1G". */
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno || s[0] == '-') return -1;
-  unsigned shift = 0;
-  if (*end == 'k' || *end == 'K') shift = 10, end++;
-  else if (*end == 'm' || *end == 'M') shift = 20, end++;
-  else if (*end == 'g' || *end == 'G') shift = 30, end++;
-  if (*end != '\0' || v == 0 || v > (1ull << 40) >> shift) return -1;
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 static int option(const char *arg, void *ctx) {
   (void)ctx;
   size_t n = strlen(O.cmdline);
   snprintf(O.cmdline + n, sizeof O.cmdline - n, " %s", arg);
-  if (!strncmp(arg, "--minbytes=", 11)) return parse_size(arg + 11, &O.minb);
-  if (!strncmp(arg, "--maxbytes=", 11)) return parse_size(arg + 11, &O.maxb);
-  if (!strncmp(arg, "--factor=", 9)) return parse_size(arg + 9, &O.factor) || O.factor < 2 ? -1 : 0;
+  if (!strncmp(arg, "--minbytes=", 11)) return bw_parse_size(arg + 11, &O.minb);
+  if (!strncmp(arg, "--maxbytes=", 11)) return bw_parse_size(arg + 11, &O.maxb);
+  if (!strncmp(arg, "--factor=", 9)) return bw_parse_size(arg + 9, &O.factor) || O.factor < 2 ? -1 : 0;
   if (sscanf(arg, "--iters=%d", &O.iters) == 1) return O.iters > 0 && O.iters <= 100000 ? 0 : -1;
   if (sscanf(arg, "--replays=%d", &O.replays) == 1) return O.replays > 0 && O.replays <= 10000 ? 0 : -1;
   if (sscanf(arg, "--hidden=%d", &O.hidden) == 1) return O.hidden > 0 && O.hidden <= 12288 ? 0 : -1;
@@ -116,20 +102,9 @@ static struct {
   size_t bytes;
 } R;
 
-static void check_symm(symmResult_t rc, const char *what) {
-  if (rc == symmSuccess) return;
-  char m[1024];
-  const char *msg = tu_last_error(R.r ? R.r->comm : NULL, m, sizeof m);
-  tw_fail_at(__FILE__, __LINE__, R.r, "%s: %s: %s", what, tu_result_name(rc), msg ? msg : "");
-  tu_exit_now();
-}
-
-static void check_nccl(bn_result rc, const char *what) {
-  if (rc == 0) return;
-  char m[1024];
-  tw_fail_at(__FILE__, __LINE__, R.r, "%s: %s", what, bn_error(rc, R.nccl, m, sizeof m));
-  tu_exit_now();
-}
+/* The calls that must succeed, for the rank of this process. */
+#define check_symm(rc, what) BW_SYMM(R.r, (rc), (what))
+#define check_nccl(rc, what) BW_NCCL(R.r, R.nccl, (rc), (what))
 
 static void launch(CUfunction fn, unsigned grid, unsigned block, unsigned smem, void **params, const char *what) {
   CUresult rc = tu_cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, R.r->stream, params, NULL);
@@ -295,37 +270,11 @@ static uint64_t check_output(struct tw *w, const struct shape *s, enum variant v
 /* ---- the tables ------------------------------------------------------------------------- */
 
 static void header(struct tw *w) {
-  int v = 0, drv = 0, nv = 0;
-  symmGetVersion(&v);
-  TW_CU(bc.cuDriverGetVersion(&drv));
-  if (O.vs_nccl && bn.GetVersion) bn.GetVersion(&nv);
-  char date[64] = "?", host[128] = "?";
-  time_t now = time(NULL);
-  struct tm tmv;
-  if (localtime_r(&now, &tmv)) strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", &tmv);
-  gethostname(host, sizeof host - 1);
-  printf("# " PROG ": symmcomm %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-  if (nv) printf(", NCCL %d.%d.%d", nv / 10000, nv / 100 % 100, nv % 100);
-  printf(", CUDA driver %d.%d\n", drv / 1000, drv % 1000 / 10);
-  printf("# command: " PROG " mp --nranks=%d%s\n", w->nranks, O.cmdline);
-  printf("# date: %s, host: %s\n", date, host);
-  if (O.vs_nccl && O.nccl_lib) printf("# NCCL library: %s\n", O.nccl_lib);
+  bw_header_start(PROG, w, O.cmdline, O.vs_nccl ? O.nccl_lib : NULL);
   printf("# graph: %d calls per graph, %d timed replay(s) after an untimed one; time: CUDA events on each rank's "
          "stream after a host and a device barrier, slowest rank's mean per call\n",
          O.iters, O.replays);
-  printf("# ranks: %d\n", w->nranks);
-  if (w->shared)
-    printf("# WARNING: %d ranks share %d GPU(s) (SYMM_TEST_SHARED_DEVICES=1, time-sliced): the results are checked,\n"
-           "# WARNING: but every time below is meaningless\n",
-           w->nranks, w->ngpus);
-  for (int k = 0; k < w->nranks; k++) {
-    CUdevice dev;
-    char name[128] = "?";
-    TW_CU(tu_cu.cuDeviceGet(&dev, k % w->ngpus));
-    TW_CU(tu_cu.cuDeviceGetName(name, (int)sizeof name, dev));
-    printf("#  rank %d: GPU %d, %s\n", k, k % w->ngpus, name);
-  }
-  fflush(stdout);
+  bw_header_ranks(w);
 }
 
 static void fmt(double us, char *buf, size_t len) {
@@ -437,17 +386,7 @@ static void body(struct tw *w, void *ctx) {
 
   if (O.vs_nccl) {
     REQUIRE(bn_load(O.nccl_lib, reason, sizeof reason) == 0, "--vs-nccl: %s", reason);
-    bn_unique_id id;
-    memset(&id, 0, sizeof id);
-    if (R.r->rank == 0) check_nccl(bn.GetUniqueId(&id), "ncclGetUniqueId");
-    for (size_t j = 0; j < sizeof id / 8; j++) {
-      uint64_t v = 0, all[TW_MAX_RANKS];
-      if (R.r->rank == 0) memcpy(&v, id.internal + 8 * j, 8);
-      tw_exchange_u64(w, &v, all);
-      memcpy(id.internal + 8 * j, &all[0], 8);
-    }
-    tw_use(R.r);
-    check_nccl(bn.CommInitRank(&R.nccl, w->nranks, id, R.r->rank), "ncclCommInitRank");
+    check_nccl(bw_nccl_init_rank(w, R.r, &R.nccl), "ncclGetUniqueId/ncclCommInitRank");
     TW_CU(tu_cu.cuMemAlloc(&R.nin, R.bytes));
     TW_CU(tu_cu.cuMemAlloc(&R.nout, R.bytes));
   }

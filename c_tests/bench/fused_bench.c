@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "bench_nccl.h"
+#include "bench_world.h"
 #include "coll_util.h"
 
 #define MAX_SHAPES 8
@@ -474,16 +475,7 @@ static void body(struct tw *w, void *ctx) {
     char reason[512];
     REQUIRE(bn_load(O.nccl_lib, reason, sizeof reason) == 0, "--vs-nccl: %s", reason);
     if (w->mode == TW_MP) {
-      bn_unique_id id;
-      if (w->r[0].rank == 0) REQUIRE(bn.GetUniqueId(&id) == 0, "ncclGetUniqueId");
-      for (size_t j = 0; j < sizeof id / 8; j++) {
-        uint64_t v = 0, all[TW_MAX_RANKS];
-        if (w->r[0].rank == 0) memcpy(&v, id.internal + 8 * j, 8);
-        tw_exchange_u64(w, &v, all);
-        memcpy(id.internal + 8 * j, &all[0], 8);
-      }
-      tw_use(&w->r[0]);
-      REQUIRE(bn.CommInitRank(&g_nccl[0], w->nranks, id, w->r[0].rank) == 0, "ncclCommInitRank");
+      REQUIRE(bw_nccl_init_rank(w, &w->r[0], &g_nccl[0]) == 0, "ncclGetUniqueId/ncclCommInitRank");
     } else {
       int devs[TW_MAX_RANKS];
       for (int i = 0; i < w->nlocal; i++) devs[i] = w->r[i].device;

@@ -52,6 +52,7 @@
 #define MAX_RANKS 8
 #define MAX_SIZES 256
 #define MAX_ALGOS 8
+#define MAX_RUNS 16
 #define PROG "symm_bench"
 
 /* Exit codes of a rank process: */
@@ -101,6 +102,7 @@ struct opts {
   int op;
   int root;
   long iters;  /* 0: adaptive */
+  int runs;    /* timed runs per column; the median is reported, the spread printed */
   long warmup;
   double target_ms;
   int graph, graph_replays;
@@ -135,6 +137,7 @@ static struct opts O = {
     .op = BD_SUM,
     .root = 0,
     .iters = 0,
+    .runs = 3,
     .warmup = 5,
     .target_ms = 20.0,
     .graph = 0,
@@ -169,6 +172,9 @@ static void usage(FILE *f) {
           "                         about --target-ms, at least 20 and at most 1000)\n"
           "  -w, --warmup_iters N   warm-up calls before timing (default 5; they also size the adaptive -n)\n"
           "      --target-ms MS     time the adaptive -n aims for per row and placement (default 20)\n"
+          "      --runs R           timed runs of -n calls each per row and placement, back to back\n"
+          "                         inside a run (default 3): the median is reported, each row's\n"
+          "                         spread follows it on a '#  runs:' line\n"
           "  -G, --cudagraph        capture the N timed calls in a CUDA graph per rank and time its replay\n"
           "      --graph-replays K  timed replays of that graph (default 1, after one untimed replay)\n"
           "  -m, --mode M           procs: one process per GPU (fork, symmGetUniqueId + symmCommInitRank;\n"
@@ -298,6 +304,7 @@ enum {
   OPT_REQUIRE_GPU,
   OPT_TIMEOUT,
   OPT_TARGET_MS,
+  OPT_RUNS,
   OPT_GRAPH_REPLAYS,
   OPT_SELF_TEST,
   OPT_ALGOS,
@@ -336,6 +343,7 @@ static void parse_args(int argc, char **argv) {
       {"require-gpu", no_argument, NULL, OPT_REQUIRE_GPU},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"target-ms", required_argument, NULL, OPT_TARGET_MS},
+      {"runs", required_argument, NULL, OPT_RUNS},
       {"graph-replays", required_argument, NULL, OPT_GRAPH_REPLAYS},
       {"self-test", no_argument, NULL, OPT_SELF_TEST},
       {"algos", required_argument, NULL, OPT_ALGOS},
@@ -393,6 +401,7 @@ static void parse_args(int argc, char **argv) {
       case OPT_REQUIRE_GPU: O.require_gpu = 1; break;
       case OPT_TIMEOUT: O.timeout = parse_double(optarg, "--timeout", 1, 86400); break;
       case OPT_TARGET_MS: O.target_ms = parse_double(optarg, "--target-ms", 0.01, 1e6); break;
+      case OPT_RUNS: O.runs = (int)parse_long(optarg, "--runs", 1, MAX_RUNS); break;
       case OPT_GRAPH_REPLAYS: O.graph_replays = (int)parse_long(optarg, "--graph-replays", 1, 10000); break;
       case OPT_SELF_TEST: O.self_test = 1; break;
       case OPT_ALGOS: parse_algo_list("--algos", optarg, O.algos, &O.nalgos); break;
@@ -1029,7 +1038,9 @@ static uint64_t check_results(enum coll c, const struct layout *L, const struct 
 /* ---- one column: time and check one placement of one implementation ------------------- */
 
 struct column {
-  double us;      /* slowest rank's mean per call */
+  double us;      /* median over the runs of the slowest rank's mean per call */
+  double us_min, us_max; /* the fastest and slowest run */
+  int runs;
   uint64_t wrong; /* over all ranks */
   int checked;
   long iters;
@@ -1050,6 +1061,11 @@ static int checkable(enum coll c, int inplace) {
  * is timed with eager launches (the header says so). */
 static int graph_for(enum impl impl) {
   return O.graph && !(impl == IMPL_NCCL && W.nlocal > 1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
 }
 
 static void run_column(enum coll c, enum impl impl, int inplace, const struct layout *L, const struct bd_pattern *pat,
@@ -1098,20 +1114,31 @@ static void run_column(enum coll c, enum impl impl, int inplace, const struct la
     replays = O.graph_replays;
   }
 
-  tw_phase("%s: timing %ld calls%s", label, iters, graph ? " (graph)" : "");
-  host_barrier("before timing");
-  device_barrier();
-  record(2);
-  if (graph) {
-    for (long k = 0; k < replays; k++) launch_graphs();
-  } else {
-    for (long k = 0; k < iters; k++) enqueue_round(c, impl, L, p);
+  /* --runs timed runs, each of `iters` calls back to back (graph: `replays`
+   * replays of them), as applications issue them: a stall that comes and
+   * goes shows as a spread between runs instead of hiding in one mean. */
+  double run_us[MAX_RUNS];
+  for (int run = 0; run < O.runs; run++) {
+    tw_phase("%s: timing %ld calls%s, run %d of %d", label, iters, graph ? " (graph)" : "", run + 1, O.runs);
+    host_barrier("before timing");
+    device_barrier();
+    record(2);
+    if (graph) {
+      for (long k = 0; k < replays; k++) launch_graphs();
+    } else {
+      for (long k = 0; k < iters; k++) enqueue_round(c, impl, L, p);
+    }
+    record(3);
+    wait_all("timed calls");
+    elapsed(2, 3, ms);
+    for (int i = 0; i < W.nlocal; i++) ms[i] = ms[i] * 1000.0 / ((double)iters * (double)replays);
+    run_us[run] = world_max(ms);
   }
-  record(3);
-  wait_all("timed calls");
-  elapsed(2, 3, ms);
-  for (int i = 0; i < W.nlocal; i++) ms[i] = ms[i] * 1000.0 / ((double)iters * (double)replays);
-  out->us = world_max(ms);
+  qsort(run_us, (size_t)O.runs, sizeof run_us[0], cmp_double);
+  out->runs = O.runs;
+  out->us_min = run_us[0];
+  out->us_max = run_us[O.runs - 1];
+  out->us = O.runs % 2 ? run_us[O.runs / 2] : (run_us[O.runs / 2 - 1] + run_us[O.runs / 2]) / 2;
   if (graph) destroy_graphs();
 
   out->wrong = 0;
@@ -1212,6 +1239,13 @@ static void print_row(enum coll c, const struct layout *L, const struct column *
     t->nccl_wrong += nc->wrong;
   }
   printf("\n");
+  /* The runs' spread (min / max per call), for the row just printed. */
+  if (oop->runs > 1) {
+    printf("#  runs: %d of %ld calls; out-of-place %.2f-%.2f us, in-place %.2f-%.2f us", oop->runs, oop->iters,
+           oop->us_min, oop->us_max, ip->us_min, ip->us_max);
+    if (nc) printf(", NCCL %.2f-%.2f us", nc->us_min, nc->us_max);
+    printf("\n");
+  }
   if (nc && nc->wrong)
     printf("# note: NCCL's result differs from the exact expectation in %" PRIu64
            " element(s) at this size (not counted as a symmcomm failure)\n",
@@ -1410,6 +1444,7 @@ static void print_header(void) {
     printf("# iterations: %ld per row and placement", O.iters);
   else
     printf("# iterations: adaptive (about %g ms per row and placement, 20..1000)", O.target_ms);
+  printf(", %d timed run(s), median reported", O.runs);
   printf(", warm-up %ld; %s; data check: %s\n", O.warmup,
          O.graph ? "CUDA graph of the timed calls" : "eager launches", O.check ? "on" : "off");
   if (O.graph) printf("# graph: %d timed replay(s) after an untimed one\n", O.graph_replays);

@@ -5,7 +5,10 @@ Samples: docs/perf/sweep-2xH200-2026-11-22.txt is a real capture of
 symm_bench (two H200s, NCCL in the same run); python/tests/data/ holds
 outputs formatted exactly as symm_bench (--algos-for, SYMM_TIMELINE=1),
 fused_bench and device_bench print them and the JSON the PyTorch
-benchmarks write, with made-up numbers.
+benchmarks write, with made-up numbers; eager_bench.txt and
+eager_loop_{nccl,symm}.json are real captures (4 x H200, 2026-11-26, the
+library before the two-rank eager stall was fixed; eager_bench.txt with the
+per-rank GPU lines it prints since added).
 """
 import importlib.machinery
 import importlib.util
@@ -159,6 +162,39 @@ def test_tp_mlp_with_and_without_the_preload():
     assert "| 16 | 200.0 | 310.0 | 290.0 | 1.07 | 250.0 | 231.0 | 1.08 | 8.1e-07 |" in out
 
 
+def test_eager_loops_c_and_pytorch():
+    md = pt.render([str(DATA / "eager_loop_symm.json"), str(DATA / "eager_bench.txt"), str(DATA / "eager_loop_nccl.json")])
+    c = section(md, "#### C API: eager all-reduce loop")
+    assert "`eager_bench mp --nranks=2 --vs-nccl`" in c and "2 ranks on NVIDIA H200" in c
+    assert "| symm-same | 5.9/6.0/6.0 | 4.6/4.6/4.8 | 26.0/28.1/33.7 | 1.75 | 0 |" in c
+    t = section(md, "#### PyTorch eager loops at 2 ranks")
+    lines = [line for line in t.splitlines() if line.startswith("| ")]
+    # NCCL first (the ratios' reference), whatever the order given.
+    assert lines[1].startswith("| nccl | 2 | all_reduce 256 KiB | 37.9 / 39.1 / 48.6 |")
+    # The stall, as captured: 0.14x NCCL at the median, 968 us per call at worst.
+    assert "| symm-symm | 2 | all_reduce 256 KiB | 32.0 / 272.3 / 968.2 | 29.2 / 36.7 / 336.1 | 17453 | 0.14 | yes |" in t
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "eager_loop_bench.py"), "table",
+                          str(DATA / "eager_loop_nccl.json"), str(DATA / "eager_loop_symm.json")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| 32.0 / 272.3 / 968.2 |" in out
+
+
+def test_unsteady_rows_from_the_runs_spread(tmp_path):
+    """symm_bench --runs prints each row's spread; rows whose slowest run is
+    over 1.5x the fastest are listed, so a stall cannot hide in a median."""
+    text = CAPTURE.read_text().splitlines()
+    at = next(i for i, line in enumerate(text) if pt.ROW_RE.match(line))
+    text.insert(at + 1, "#  runs: 3 of 1000 calls; out-of-place 5.10-5.30 us, in-place 5.00-91.00 us, NCCL 8.00-8.10 us")
+    log = tmp_path / "runs.log"
+    log.write_text("\n".join(text) + "\n")
+    md = pt.render([str(log)])
+    u = section(md, "#### Unsteady rows")
+    rows = [line for line in u.splitlines() if line.startswith("| ") and "in place" in line]
+    assert len(rows) == 1 and "| 5.00 | 91.00 |" in rows[0], u
+    assert "out of place" not in u and "| NCCL |" not in u
+    assert "Unsteady" not in pt.render([str(CAPTURE)])
+
+
 def test_command_line(tmp_path):
     machine = tmp_path / "machine.md"
     machine.write_text("Machine: 4 × NVIDIA H200.\n")
@@ -171,7 +207,7 @@ def test_command_line(tmp_path):
 
 
 def test_torch_benchmarks_compile():
-    for name in ("fused_torch_bench.py", "tp_mlp_bench.py"):
+    for name in ("fused_torch_bench.py", "tp_mlp_bench.py", "eager_loop_bench.py"):
         src = (REPO / "tests" / "torch" / name).read_text()
         compile(src, name, "exec")
 
@@ -192,7 +228,7 @@ def test_device_measure_is_shellcheck_clean():
     assert r.returncode == 0, r.stdout
 
 
-BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fused_bench", "device_bench")]
+BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fused_bench", "device_bench", "eager_bench")]
 
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"]])
@@ -212,7 +248,8 @@ def test_device_measure_dry_run(tmp_path, args):
     assert steps and all(": ok" in line for line in steps), summary
     names = [line.split(":")[0][3:] for line in steps]
     if args == ["--smoke"]:
-        assert names == ["build", "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
+        assert names == ["build", "eager_c_n2", "eager_torch_n1_nccl", "eager_torch_n1_symm-auto",
+                         "eager_torch_n1_symm-symm", "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
                          "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
                          "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "tp_mlp_n1_nccl",
                          "tp_mlp_n1_preloaded"]
@@ -222,6 +259,8 @@ def test_device_measure_dry_run(tmp_path, args):
         assert "suite_n4" in names and "sweep_n4_symmetric_graph" in names and "timeline_n4_staged" in names
         assert "fused_n4_e4m3" in names and "device_n2" in names and "device_n4" in names
         assert "tp_mlp_n4_preloaded" in names
+        assert names[1:5] == ["eager_c_n2", "eager_torch_n2_nccl", "eager_torch_n2_symm-auto", "eager_torch_n2_symm-symm"]
+        assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
     else:
         assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
@@ -237,6 +276,8 @@ def test_device_measure_refuses_more_ranks_than_gpus(tmp_path):
 
 
 def test_data_files_are_what_the_tests_say():
-    docs = [json.loads((DATA / n).read_text()) for n in ("fused_torch.json", "tp_mlp_nccl.json", "tp_mlp_preloaded.json")]
-    assert [d["kind"] for d in docs] == ["fused_torch", "tp_mlp", "tp_mlp"]
+    names = ("fused_torch.json", "tp_mlp_nccl.json", "tp_mlp_preloaded.json", "eager_loop_nccl.json", "eager_loop_symm.json")
+    docs = [json.loads((DATA / n).read_text()) for n in names]
+    assert [d["kind"] for d in docs] == ["fused_torch", "tp_mlp", "tp_mlp", "eager_loop", "eager_loop"]
+    assert [d["path"] for d in docs[3:]] == ["nccl", "symm-symm"]
     assert CAPTURE.is_file()

@@ -1,0 +1,250 @@
+/*
+ * eager_bench mp [--nranks=N] [options]: the host's view of eager
+ * all-reduces issued the way applications issue them: back to back, no
+ * synchronisation inside the loop, one stream wait after. One process per
+ * rank (mode mp), each on its own GPU.
+ *
+ * Per variant it times --runs loops of --calls calls (bf16 sum, in place,
+ * plain cuMemAlloc buffers of --bytes, like a framework's tensors):
+ *
+ *   symm same      symmAllReduce on one buffer, every call;
+ *   symm rotating  symmAllReduce on --buffers buffers in turn (a new buffer
+ *                  per call as far as the library's per-call checks can
+ *                  tell: more than it remembers);
+ *   nccl same / nccl rotating   the same through ncclAllReduce (--vs-nccl;
+ *                  --nccl-lib=PATH, default libnccl.so.2).
+ *
+ * Per run and rank: wall time per call (first call to the stream's end,
+ * over the calls), CPU time per call of the issuing thread
+ * (CLOCK_THREAD_CPUTIME_ID: a call that spins in the driver counts), and
+ * the longest single call the host saw. A run's figure is the slowest
+ * rank's; a row gives min / median / max over the runs (a stall that
+ * comes and goes shows as a spread, never hidden in one mean). Every
+ * variant's output is checked: zeros stay zeros through the loop, then one
+ * more call on ones must give nranks in every element.
+ *
+ * Options: --bytes=N (256K, at most 1G) --calls=N (2000) --runs=N (5) --buffers=N (64)
+ * --vs-nccl --nccl-lib=PATH. Output: a header, then "# columns: ..." and
+ * one row per variant (whitespace-separated), which scripts/perf-tables
+ * turns into markdown. With shared GPUs (SYMM_TEST_SHARED_DEVICES=1) the
+ * times mean nothing (the header says so); --vs-nccl then needs a library
+ * that accepts shared GPUs (the stand-in with SYMM_NCCL_MODE=symm).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_cuda.h"
+#include "bench_nccl.h"
+#include "bench_world.h"
+#include "coll_util.h"
+
+#define PROG "eager_bench"
+#define MAX_RUNS 64
+#define MAX_BUFFERS 1024
+
+static struct {
+  size_t bytes;
+  int calls, runs, buffers, vs_nccl;
+  const char *nccl_lib;
+  char cmdline[1024];
+} O = {.bytes = 256 << 10, .calls = 2000, .runs = 5, .buffers = 64};
+
+static int option(const char *arg, void *ctx) {
+  (void)ctx;
+  size_t n = strlen(O.cmdline);
+  snprintf(O.cmdline + n, sizeof O.cmdline - n, " %s", arg);
+  if (!strncmp(arg, "--bytes=", 8)) return bw_parse_size(arg + 8, &O.bytes) || O.bytes % 2 || O.bytes > (1u << 30) ? -1 : 0;
+  if (sscanf(arg, "--calls=%d", &O.calls) == 1) return O.calls > 0 && O.calls <= 1000000 ? 0 : -1;
+  if (sscanf(arg, "--runs=%d", &O.runs) == 1) return O.runs > 0 && O.runs <= MAX_RUNS ? 0 : -1;
+  if (sscanf(arg, "--buffers=%d", &O.buffers) == 1) return O.buffers > 1 && O.buffers <= MAX_BUFFERS ? 0 : -1;
+  if (!strcmp(arg, "--vs-nccl")) return O.vs_nccl = 1, 0;
+  if (!strncmp(arg, "--nccl-lib=", 11)) return O.nccl_lib = arg + 11, 0;
+  return -1;
+}
+
+enum variant { V_SYMM_SAME, V_SYMM_ROTATING, V_NCCL_SAME, V_NCCL_ROTATING, NVARIANTS };
+static const char *const variant_name[NVARIANTS] = {"symm-same", "symm-rotating", "nccl-same", "nccl-rotating"};
+
+static struct {
+  struct tw_rank *r;
+  bn_comm nccl;
+  CUdeviceptr buf[MAX_BUFFERS];
+  uint16_t *host;
+} R;
+
+/* The calls that must succeed, for the rank of this process. */
+#define check_symm(rc, what) BW_SYMM(R.r, (rc), (what))
+#define check_nccl(rc, what) BW_NCCL(R.r, R.nccl, (rc), (what))
+
+static uint64_t now_ns(clockid_t clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void all_reduce(enum variant v, CUdeviceptr p) {
+  const size_t n = O.bytes / 2;
+  void *b = (void *)(uintptr_t)p;
+  if (v == V_SYMM_SAME || v == V_SYMM_ROTATING)
+    check_symm(symmAllReduce(b, b, n, symmBfloat16, symmSum, R.r->comm, R.r->stream), "symmAllReduce");
+  else
+    check_nccl(bn.AllReduce(b, b, n, symmBfloat16, symmSum, R.nccl, R.r->stream), "ncclAllReduce");
+}
+
+static int nbuffers(enum variant v) {
+  return v == V_SYMM_ROTATING || v == V_NCCL_ROTATING ? O.buffers : 1;
+}
+
+/* One timed loop: per-call wall, CPU and longest call (ns) of this rank. */
+static void timed_loop(struct tw *w, enum variant v, uint64_t out[3]) {
+  const int nb = nbuffers(v);
+  tw_sync_all(w, 600, "before the loop");
+  tw_host_barrier(w, "loop start");
+  uint64_t longest = 0;
+  const uint64_t c0 = now_ns(CLOCK_THREAD_CPUTIME_ID), t0 = now_ns(CLOCK_MONOTONIC);
+  uint64_t prev = t0;
+  for (int k = 0; k < O.calls; k++) {
+    all_reduce(v, R.buf[k % nb]);
+    const uint64_t t = now_ns(CLOCK_MONOTONIC);
+    if (t - prev > longest) longest = t - prev;
+    prev = t;
+  }
+  const uint64_t c1 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+  tw_stream_wait(R.r, 600, "the timed loop");
+  const uint64_t t2 = now_ns(CLOCK_MONOTONIC);
+  out[0] = (t2 - t0) / (uint64_t)O.calls;
+  out[1] = (c1 - c0) / (uint64_t)O.calls;
+  out[2] = longest;
+}
+
+/* Zeros stay zeros through the loops; then ones sum to nranks everywhere. */
+static uint64_t check_variant(struct tw *w, enum variant v) {
+  const size_t n = O.bytes / 2;
+  const uint16_t want = (uint16_t)cw_float_to_bf16((float)w->nranks);
+  uint64_t bad = 0;
+  for (int b = 0; b < nbuffers(v); b++) {
+    TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, R.buf[b], O.bytes, R.r->stream));
+    tw_stream_wait(R.r, 600, "reading the output");
+    for (size_t i = 0; i < n; i++) bad += R.host[i] != 0;
+  }
+  for (size_t i = 0; i < n; i++) R.host[i] = (uint16_t)cw_float_to_bf16(1.0f);
+  TW_CU(cw_cu.cuMemcpyHtoDAsync(R.buf[0], R.host, O.bytes, R.r->stream));
+  all_reduce(v, R.buf[0]);
+  TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, R.buf[0], O.bytes, R.r->stream));
+  tw_stream_wait(R.r, 600, "the checked call");
+  for (size_t i = 0; i < n; i++) bad += R.host[i] != want;
+  TW_CU(cw_cu.cuMemsetD8Async(R.buf[0], 0, O.bytes, R.r->stream));
+  tw_stream_wait(R.r, 600, "clearing");
+  uint64_t all[TW_MAX_RANKS], total = 0;
+  tw_exchange_u64(w, &bad, all);
+  for (int k = 0; k < w->nranks; k++) total += all[k];
+  return total;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* min / median / max of n values (sorted in place), in µs. */
+static void spread(uint64_t *v, int n, char *buf, size_t len) {
+  qsort(v, (size_t)n, sizeof *v, cmp_u64);
+  const double med = n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+  snprintf(buf, len, "%.1f/%.1f/%.1f", (double)v[0] / 1e3, med / 1e3, (double)v[n - 1] / 1e3);
+}
+
+static void header(struct tw *w) {
+  bw_header_start(PROG, w, O.cmdline, O.vs_nccl ? O.nccl_lib : NULL);
+  printf("# loop: %d back-to-back in-place all-reduces of %zu bytes (bf16 sum, plain buffers), one stream wait after; "
+         "%d runs per variant, each the slowest rank's; rotating: %d buffers in turn\n",
+         O.calls, O.bytes, O.runs, O.buffers);
+  bw_header_ranks(w);
+  printf("#\n# table eager: eager all-reduce loop, per call, min/median/max over runs\n"
+         "# columns: variant | wall (us) | host CPU (us) | longest call (us) | NCCL / this (median wall, same buffer use) | "
+         "#wrong\n");
+  fflush(stdout);
+}
+
+static void body(struct tw *w, void *ctx) {
+  (void)ctx;
+  REQUIRE(w->nlocal == 1, PROG " runs one rank per process (mode mp)");
+  R.r = &w->r[0];
+  char reason[512];
+  REQUIRE(bc_load(reason, sizeof reason) == 0, "%s", reason);
+  if (tw_init_comms(w) != symmSuccess) return;
+  tw_use(R.r);
+  for (int b = 0; b < O.buffers; b++) {
+    TW_CU(tu_cu.cuMemAlloc(&R.buf[b], O.bytes));
+    TW_CU(cw_cu.cuMemsetD8Async(R.buf[b], 0, O.bytes, R.r->stream));
+  }
+  R.host = malloc(O.bytes);
+  REQUIRE(R.host != NULL, "out of host memory");
+  if (O.vs_nccl) {
+    REQUIRE(bn_load(O.nccl_lib, reason, sizeof reason) == 0, "--vs-nccl: %s", reason);
+    check_nccl(bw_nccl_init_rank(w, R.r, &R.nccl), "ncclGetUniqueId/ncclCommInitRank");
+  }
+  if (w->lead) header(w);
+
+  /* NCCL first, so that each symmcomm row can give its ratio to NCCL's
+   * row of the same buffer use. */
+  static const enum variant order[NVARIANTS] = {V_NCCL_SAME, V_NCCL_ROTATING, V_SYMM_SAME, V_SYMM_ROTATING};
+  double nccl_median[2] = {0, 0}; /* same, rotating */
+  uint64_t wrong_total = 0;
+  for (int i = 0; i < NVARIANTS; i++) {
+    const enum variant v = order[i];
+    if ((v == V_NCCL_SAME || v == V_NCCL_ROTATING) && !O.vs_nccl) continue;
+    tw_phase("%s", variant_name[v]);
+    for (int k = 0; k < 20; k++) all_reduce(v, R.buf[k % nbuffers(v)]); /* warm-up */
+    uint64_t wall[MAX_RUNS], cpu[MAX_RUNS], longest[MAX_RUNS];
+    for (int run = 0; run < O.runs; run++) {
+      uint64_t mine[3], all[TW_MAX_RANKS];
+      timed_loop(w, v, mine);
+      uint64_t *dst[3] = {&wall[run], &cpu[run], &longest[run]};
+      for (int m = 0; m < 3; m++) {
+        tw_exchange_u64(w, &mine[m], all);
+        *dst[m] = 0;
+        for (int k = 0; k < w->nranks; k++)
+          if (all[k] > *dst[m]) *dst[m] = all[k];
+      }
+      tw_progress();
+    }
+    const uint64_t bad = check_variant(w, v);
+    wrong_total += bad;
+    if (w->lead) {
+      char ws[64], cs[64], ls[64], rs[32] = "-";
+      spread(wall, O.runs, ws, sizeof ws);
+      spread(cpu, O.runs, cs, sizeof cs);
+      spread(longest, O.runs, ls, sizeof ls);
+      const double med = O.runs % 2 ? (double)wall[O.runs / 2] : ((double)wall[O.runs / 2 - 1] + (double)wall[O.runs / 2]) / 2;
+      const int rotating = v == V_SYMM_ROTATING || v == V_NCCL_ROTATING;
+      if (v == V_NCCL_SAME || v == V_NCCL_ROTATING) nccl_median[rotating] = med;
+      if (nccl_median[rotating] > 0) snprintf(rs, sizeof rs, "%.2f", nccl_median[rotating] / med);
+      printf("%-14s  %20s  %20s  %24s  %6s  %6llu\n", variant_name[v], ws, cs, ls, rs, (unsigned long long)bad);
+      fflush(stdout);
+    }
+  }
+  if (w->lead) {
+    printf("# %llu wrong element(s): %s\n", (unsigned long long)wrong_total, wrong_total ? "FAILED" : "OK");
+    fflush(stdout);
+  }
+  TW_CHECK(R.r, wrong_total == 0, "%llu wrong element(s)", (unsigned long long)wrong_total);
+
+  tw_sync_all(w, 600, "teardown");
+  tw_host_barrier(w, "teardown");
+  if (R.nccl) check_nccl(bn.CommDestroy(R.nccl), "ncclCommDestroy");
+  for (int b = 0; b < O.buffers; b++) TW_CU(tu_cu.cuMemFree(R.buf[b]));
+  free(R.host);
+  tw_destroy_comms(w);
+}
+
+int main(int argc, char **argv) {
+  static const struct tw_spec spec = {.name = PROG, .modes = "mp",
+      .usage = "[--bytes=N] [--calls=N] [--runs=N] [--buffers=N] [--vs-nccl] [--nccl-lib=PATH]",
+      .limit_s = 1800, .stall = 1, .quiet = 1, .library_timeouts = 1, .option = option,
+      .process_init = cw_process_init, .body = body};
+  return tw_main(&spec, argc, argv);
+}

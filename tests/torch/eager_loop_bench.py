@@ -1,0 +1,322 @@
+"""Eager collectives as users issue them: back to back from Python, no
+synchronisation inside the loop, one torch.cuda.synchronize() after, timed
+per call on the host and end to end. Run it under torchrun once as is
+(PyTorch's NCCL) and once with symmcomm's libnccl.so.2 stand-in preloaded
+(in each SYMM_NCCL_MODE), then compare:
+
+    torchrun --standalone --nproc-per-node=N tests/torch/eager_loop_bench.py run OUT.json \
+        [--runs 5] [--calls 2000] [--steps 500] [--bytes 256K] [--tokens 16] [--hidden 8192] \
+        [--ffn 4096] [--profile PREFIX]
+    LD_PRELOAD=.../libsymmcomm_nccl.so torchrun ... eager_loop_bench.py run OUT2.json ...
+    python3 tests/torch/eager_loop_bench.py table OUT.json OUT2.json [...]
+
+One process per GPU (rank r on GPU LOCAL_RANK). Two loops, each timed
+--runs times in the same process, alternating (a stall that comes and goes
+shows as a spread between runs, so every figure is min / median / max over
+the runs, never one mean):
+
+  allreduce  --calls x dist.all_reduce of one tensor of --bytes (bf16), in
+             place, the same tensor every call;
+  step       --steps x an eager tensor-parallel MLP step: x[tokens x hidden]
+             @ W1[hidden x ffn], GELU, @ W2[ffn x hidden], dist.all_reduce
+             of the (new) output.
+
+Per run and rank: wall time per call (the loop plus the final
+synchronize, over the calls), host CPU time per call of the issuing thread
+(time.thread_time: a call that blocks in a spinning driver wait counts;
+one that sleeps does not), and the longest single call as the host saw it.
+--pin gives each rank its own share of the CPUs (the same for every path).
+A run's figure is the slowest rank's (MAX over ranks, exchanged after the
+timing with dist.all_reduce). Outputs are checked: every all-reduce of the
+first loop adds the same tensor to itself (values stay exact: 2^k fits
+bf16), and the step's output is compared across runs.
+
+--profile PREFIX: after the timed runs, 200 all-reduce calls and 100 steps
+under torch.profiler; each rank writes PREFIX.rank<R>.txt: per GPU kernel
+(name, device, count, median / max duration), the gaps between
+consecutive kernels on each stream, and the host-side calls (launches,
+event records/waits) with their median / max duration. What this finds
+(which device each rank's kernels run on, whether the GPU or the host
+waits) is what docs/PERFORMANCE.md cites.
+
+"run" writes OUT.json on rank 0 (kind "eager_loop"; "path" names what
+served the calls: nccl, or the stand-in and its mode); "table" prints the
+markdown table of several runs side by side with the ratio of each to the
+first. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+NVSHMEM_DISABLE_NVLS=1 are forced: NVLink multicast is never used.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ[_k] = _v
+
+
+def parse_bytes(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B")
+    return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
+
+
+def path_name():
+    """What serves this process's NCCL calls: "nccl", or "symm-<mode>"."""
+    if "symmcomm_nccl" not in os.environ.get("LD_PRELOAD", ""):
+        return "nccl"
+    return "symm-" + (os.environ.get("SYMM_NCCL_MODE") or "auto").lower()
+
+
+def pin_cpus(local_rank, local_world):
+    """--pin: this process (every thread) on its own share of the CPUs the
+    process may use, the same for every path, so that two ranks' threads
+    never compete for a core and a run is not slower only because the OS
+    moved it (the runs' spread then shows the library, not the scheduler)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cpus) // max(1, local_world))
+    mine = cpus[local_rank * share:(local_rank + 1) * share] or cpus
+    os.sched_setaffinity(0, mine)
+
+
+def spread(values):
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def run(a, argv):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if a.pin:
+        pin_cpus(local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    # Loop 1: one tensor, all-reduced in place. Zeros stay exact whatever
+    # the number of calls (ones would double each call and overflow); a
+    # nonzero value is checked once after the runs.
+    elems = a.bytes // 2
+    ar_buf = torch.zeros(elems, dtype=torch.bfloat16, device=dev)
+
+    gen = torch.Generator(device=dev)
+
+    def rand(shape, seed, scale):
+        gen.manual_seed(seed)
+        return ((torch.rand(shape, device=dev, generator=gen) * 2 - 1) * scale).to(torch.bfloat16)
+
+    x = rand((a.tokens, a.hidden), 7, 1.0)
+    w1 = rand((a.hidden, a.ffn), 100 + rank, a.hidden ** -0.5)
+    w2 = rand((a.ffn, a.hidden), 200 + rank, a.ffn ** -0.5)
+
+    def ar_call():
+        dist.all_reduce(ar_buf)
+
+    def step_call():
+        y = F.gelu(x @ w1, approximate="tanh") @ w2
+        dist.all_reduce(y)
+        return y
+
+    def timed(fn, n):
+        """Issue fn n times back to back; per-call wall, host CPU, longest call (µs)."""
+        torch.cuda.synchronize()
+        dist.barrier()
+        torch.cuda.synchronize()
+        longest = 0
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        prev = t0
+        for _ in range(n):
+            fn()
+            now = time.perf_counter_ns()
+            longest = max(longest, now - prev)
+            prev = now
+        c1 = time.thread_time_ns()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter_ns()
+        return {"wall_us": (t2 - t0) / n / 1e3, "cpu_us": (c1 - c0) / n / 1e3, "longest_us": longest / 1e3}
+
+    def slowest(m):
+        """The run's figures, each the MAX over ranks (after the timing)."""
+        keys = sorted(m)
+        t = torch.tensor([m[k] for k in keys], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return dict(zip(keys, t.tolist()))
+
+    # Warm-up: first calls pay lazy set-up (kernel loads, buffer checks).
+    for _ in range(a.warmup):
+        ar_call()
+        step_call()
+    torch.cuda.synchronize()
+    reference = step_call().float().sum().item()
+
+    runs = {"allreduce": [], "step": []}
+    for r in range(a.runs):
+        runs["allreduce"].append(slowest(timed(ar_call, a.calls)))
+        runs["step"].append(slowest(timed(step_call, a.steps)))
+        if rank == 0:
+            ar, st = runs["allreduce"][-1], runs["step"][-1]
+            print(f"[{path_name()} n{world}] run {r}: all_reduce {a.bytes} B: {ar['wall_us']:.1f} us/call wall, "
+                  f"{ar['cpu_us']:.1f} CPU, longest {ar['longest_us']:.0f}; step: {st['wall_us']:.1f} us wall, "
+                  f"{st['cpu_us']:.1f} CPU, longest {st['longest_us']:.0f}", flush=True)
+
+    # Correctness: zeros stay zeros; a known value sums exactly; the step
+    # gives the same output every time.
+    ok = bool((ar_buf == 0).all().item())
+    ar_buf.fill_(1.0)
+    dist.all_reduce(ar_buf)
+    ok = ok and bool((ar_buf == float(world)).all().item())
+    again = step_call().float().sum().item()
+    ok = ok and again == reference
+    flag = torch.tensor([0 if ok else 1], device=dev)
+    dist.all_reduce(flag)
+    correct = flag.item() == 0
+
+    if a.profile:
+        profile(a, rank, dev, ar_call, step_call)
+
+    doc = None
+    if rank == 0:
+        preload = os.environ.get("LD_PRELOAD", "")
+        env = {k: os.environ[k] for k in sorted(os.environ) if k.startswith("SYMM_")}
+        doc = {
+            "kind": "eager_loop", "path": path_name(), "label": a.label or path_name(), "env": env,
+            "ld_preload": preload,
+            "command": " ".join(f"{k}={v}" for k, v in env.items())
+            + (f" LD_PRELOAD={preload}" if preload else "")
+            + " torchrun --nproc-per-node=%d %s" % (world, " ".join([os.path.relpath(__file__)] + argv)),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "world": world, "gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "bytes": a.bytes, "calls": a.calls, "steps": a.steps, "tokens": a.tokens, "hidden": a.hidden,
+            "ffn": a.ffn, "correct": correct, "pinned": a.pin,
+            "runs": runs,
+            "summary": {loop: {k: spread([r[k] for r in rs]) for k in ("wall_us", "cpu_us", "longest_us")}
+                        for loop, rs in runs.items()},
+        }
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"[{path_name()} n{world}] outputs {'correct' if correct else 'WRONG'}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0 if correct else 1
+
+
+def profile(a, rank, dev, ar_call, step_call):
+    """A short profiled stretch of both loops; a per-rank text summary."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(200):
+            ar_call()
+        torch.cuda.synchronize()
+        for _ in range(100):
+            step_call()
+        torch.cuda.synchronize()
+    kernels, host = {}, {}
+    per_stream = {}
+    for e in prof.events():
+        dur = e.time_range.end - e.time_range.start  # µs
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            key = (e.name[:90], e.device_index)
+            kernels.setdefault(key, []).append(dur)
+            per_stream.setdefault((e.device_index, getattr(e, "kernel_stream", None) or 0), []).append(
+                (e.time_range.start, e.time_range.end, e.name[:40]))
+        elif any(s in e.name for s in ("Launch", "EventRecord", "StreamWaitEvent", "Synchronize", "Memcpy",
+                                       "all_reduce", "allreduce", "Query", "Malloc", "Free")):
+            host.setdefault(e.name[:70], []).append(dur)
+    lines = [f"rank {rank} (device {dev.index}): torch.profiler over 200 all_reduce calls then 100 steps"]
+    lines.append("\n## GPU kernels: name | device | count | median us | max us | total us")
+    for (name, d), ds in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"{name} | {d} | {len(ds)} | {statistics.median(ds):.1f} | {max(ds):.1f} | {sum(ds):.0f}")
+    lines.append("\n## Gaps between consecutive kernels, per (device, stream): count | median us | max us | "
+                 "the kernel after the largest gap")
+    for key, ks in sorted(per_stream.items()):
+        ks.sort()
+        gaps = [(ks[i][0] - ks[i - 1][1], ks[i][2]) for i in range(1, len(ks))]
+        if gaps:
+            big = max(gaps)
+            lines.append(f"{key} | {len(gaps)} | {statistics.median(g for g, _ in gaps):.1f} | {big[0]:.1f} | {big[1]}")
+    lines.append("\n## Host calls: name | count | median us | max us | total us")
+    for name, ds in sorted(host.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"{name} | {len(ds)} | {statistics.median(ds):.1f} | {max(ds):.1f} | {sum(ds):.0f}")
+    # The first collective kernels with absolute times (ns since the epoch,
+    # where the profiler says when its trace started), to line the ranks up.
+    try:
+        base_ns = prof.profiler.kineto_results.trace_start_ns()
+    except Exception:  # older PyTorch: relative times only
+        base_ns = 0
+    lines.append(f"\n## First collective kernels (trace start {base_ns} ns): start us | end us | name")
+    colls = sorted((e.time_range.start, e.time_range.end, e.name[:60]) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and ("symm_" in e.name or "nccl" in e.name.lower()))
+    for st, en, name in colls[:80]:
+        lines.append(f"{st:.1f} | {en:.1f} | {name}")
+    with open(f"{a.profile}.rank{rank}.txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def render(docs):
+    """The markdown table of several runs (the first is the reference of the
+    ratio column). scripts/perf-tables uses this too."""
+    base = docs[0]
+    out = [f"| path | ranks | loop | wall per call, min / median / max (µs) | host CPU per call, min / median / max "
+           f"(µs) | longest call, max (µs) | {base.get('label', base['path'])} / this (median) | correct |",
+           "|---|---:|---|---|---|---:|---:|---|"]
+    for d in docs:
+        for loop in ("allreduce", "step"):
+            s, b = d["summary"][loop], base["summary"][loop]
+            what = f"all_reduce {d['bytes'] >> 10} KiB" if loop == "allreduce" else f"MLP step, {d['tokens']} tokens"
+            out.append(f"| {d.get('label', d['path'])} | {d['world']} | {what} | {s['wall_us']['min']:.1f} / {s['wall_us']['median']:.1f} / "
+                       f"{s['wall_us']['max']:.1f} | {s['cpu_us']['min']:.1f} / {s['cpu_us']['median']:.1f} / "
+                       f"{s['cpu_us']['max']:.1f} | {s['longest_us']['max']:.0f} | "
+                       f"{b['wall_us']['median'] / s['wall_us']['median']:.2f} | {'yes' if d['correct'] else 'NO'} |")
+    out.append("")
+    for d in docs:
+        out.append(f"- {d.get('label', d['path'])}: `{d['command']}`")
+    out.append(f"\n{base['date']}; {base['world']} x {base['gpu']}; PyTorch {base['torch']}, NCCL {base['nccl']}; "
+               f"{base['runs'] and len(base['runs']['allreduce'])} runs of {base['calls']} all_reduce calls and "
+               f"{base['steps']} steps each; hidden {base['hidden']}, FFN per rank {base['ffn']}, bf16.")
+    return "\n".join(out)
+
+
+def table(paths):
+    docs = []
+    for p in paths:
+        with open(p) as f:
+            docs.append(json.load(f))
+    print(render(docs))
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["table"] and len(argv) >= 2:
+        return table(argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("mode", choices=("run",))
+    ap.add_argument("out", help="JSON results (rank 0)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--bytes", type=parse_bytes, default=256 << 10)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--ffn", type=int, default=4096, help="FFN width of this rank's slice (W1 is hidden x ffn)")
+    ap.add_argument("--pin", action="store_true", help="pin each rank to its own share of the CPUs")
+    ap.add_argument("--label", default="", help="what the table calls this run (default: the path)")
+    ap.add_argument("--profile", default="", help="write PREFIX.rank<R>.txt with a profiled stretch")
+    a = ap.parse_args(argv)
+    if a.bytes < 2 or a.bytes % 2:
+        ap.error("--bytes must be a positive even number (bf16 elements)")
+    return run(a, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
