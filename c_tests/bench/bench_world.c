@@ -12,6 +12,15 @@
 #include "bench_cuda.h"
 #include "symmcomm.h"
 
+struct tw_rank *bw_start_rank(struct tw *w, const char *prog) {
+  REQUIRE(w->nlocal == 1, "%s runs one rank per process (mode mp)", prog);
+  char reason[512];
+  REQUIRE(bc_load(reason, sizeof reason) == 0, "%s", reason);
+  if (tw_init_comms(w) != symmSuccess) return NULL;
+  tw_use(&w->r[0]);
+  return &w->r[0];
+}
+
 bn_result bw_nccl_init_rank(struct tw *w, const struct tw_rank *r, bn_comm *comm) {
   bn_unique_id id;
   memset(&id, 0, sizeof id);

@@ -12,6 +12,12 @@
 #include "bench_nccl.h"
 #include "gpu_world.h"
 
+/* The start of a benchmark body in mode mp: this process's one rank, with
+ * bench_cuda.h's driver entry points loaded, the communicator made
+ * (tw_init_comms) and its context current; NULL when the init failed (the
+ * failure is recorded: the body returns). */
+struct tw_rank *bw_start_rank(struct tw *w, const char *prog);
+
 /* Rank 0's NCCL unique id handed to every process of the world
  * (tw_exchange_u64), then ncclCommInitRank for rank r in r's context.
  * Returns NCCL's result (bn loaded by the caller). Collective. */

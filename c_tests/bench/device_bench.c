@@ -354,12 +354,8 @@ static uint64_t run_table(struct tw *w, enum table t) {
 static void body(struct tw *w, void *ctx) {
   (void)ctx;
   REQUIRE(O.minb <= O.maxb, "--minbytes is larger than --maxbytes");
-  REQUIRE(w->nlocal == 1, PROG " runs one rank per process (mode mp)");
-  R.r = &w->r[0];
+  if (!(R.r = bw_start_rank(w, PROG))) return;
   char reason[512];
-  REQUIRE(bc_load(reason, sizeof reason) == 0, "%s", reason);
-  if (tw_init_comms(w) != symmSuccess) return;
-  tw_use(R.r);
   R.mod = tw_load_module(R.r, DEVICE_BENCH_KERNELS_FATBIN, "SYMM_TEST_DEVICE_BENCH_KERNELS");
   R.one_shot = tw_function(R.r, R.mod, "one_shot_all_reduce");
   R.fused = tw_function(R.r, R.mod, "all_reduce_add_rms_norm");

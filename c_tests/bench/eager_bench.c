@@ -150,11 +150,12 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* min / median / max of n values (sorted in place), in µs. */
-static void spread(uint64_t *v, int n, char *buf, size_t len) {
+/* "min/median/max" of n values in µs (v sorted in place); returns the median. */
+static double spread(uint64_t *v, int n, char *buf, size_t len) {
   qsort(v, (size_t)n, sizeof *v, cmp_u64);
   const double med = n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
   snprintf(buf, len, "%.1f/%.1f/%.1f", (double)v[0] / 1e3, med / 1e3, (double)v[n - 1] / 1e3);
+  return med;
 }
 
 static void header(struct tw *w) {
@@ -171,12 +172,8 @@ static void header(struct tw *w) {
 
 static void body(struct tw *w, void *ctx) {
   (void)ctx;
-  REQUIRE(w->nlocal == 1, PROG " runs one rank per process (mode mp)");
-  R.r = &w->r[0];
+  if (!(R.r = bw_start_rank(w, PROG))) return;
   char reason[512];
-  REQUIRE(bc_load(reason, sizeof reason) == 0, "%s", reason);
-  if (tw_init_comms(w) != symmSuccess) return;
-  tw_use(R.r);
   for (int b = 0; b < O.buffers; b++) {
     TW_CU(tu_cu.cuMemAlloc(&R.buf[b], O.bytes));
     TW_CU(cw_cu.cuMemsetD8Async(R.buf[b], 0, O.bytes, R.r->stream));
@@ -216,10 +213,9 @@ static void body(struct tw *w, void *ctx) {
     wrong_total += bad;
     if (w->lead) {
       char ws[64], cs[64], ls[64], rs[32] = "-";
-      spread(wall, O.runs, ws, sizeof ws);
+      const double med = spread(wall, O.runs, ws, sizeof ws);
       spread(cpu, O.runs, cs, sizeof cs);
       spread(longest, O.runs, ls, sizeof ls);
-      const double med = O.runs % 2 ? (double)wall[O.runs / 2] : ((double)wall[O.runs / 2 - 1] + (double)wall[O.runs / 2]) / 2;
       const int rotating = v == V_SYMM_ROTATING || v == V_NCCL_ROTATING;
       if (v == V_NCCL_SAME || v == V_NCCL_ROTATING) nccl_median[rotating] = med;
       if (nccl_median[rotating] > 0) snprintf(rs, sizeof rs, "%.2f", nccl_median[rotating] / med);

@@ -34,7 +34,7 @@ bf16), and the step's output is compared across runs.
 --profile PREFIX: after the timed runs, 200 all-reduce calls and 100 steps
 under torch.profiler; each rank writes PREFIX.rank<R>.txt: per GPU kernel
 (name, device, count, median / max duration), the gaps between
-consecutive kernels on each stream, and the host-side calls (launches,
+consecutive kernels on each device, and the host-side calls (launches,
 event records/waits) with their median / max duration. What this finds
 (which device each rank's kernels run on, whether the GPU or the host
 waits) is what docs/PERFORMANCE.md cites.
@@ -219,15 +219,13 @@ def profile(a, rank, dev, ar_call, step_call):
         for _ in range(100):
             step_call()
         torch.cuda.synchronize()
-    kernels, host = {}, {}
-    per_stream = {}
+    kernels, host, per_device = {}, {}, {}
     for e in prof.events():
         dur = e.time_range.end - e.time_range.start  # µs
         if e.device_type == torch.autograd.DeviceType.CUDA:
             key = (e.name[:90], e.device_index)
             kernels.setdefault(key, []).append(dur)
-            per_stream.setdefault((e.device_index, getattr(e, "kernel_stream", None) or 0), []).append(
-                (e.time_range.start, e.time_range.end, e.name[:40]))
+            per_device.setdefault(e.device_index, []).append((e.time_range.start, e.time_range.end, e.name[:40]))
         elif any(s in e.name for s in ("Launch", "EventRecord", "StreamWaitEvent", "Synchronize", "Memcpy",
                                        "all_reduce", "allreduce", "Query", "Malloc", "Free")):
             host.setdefault(e.name[:70], []).append(dur)
@@ -235,9 +233,9 @@ def profile(a, rank, dev, ar_call, step_call):
     lines.append("\n## GPU kernels: name | device | count | median us | max us | total us")
     for (name, d), ds in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
         lines.append(f"{name} | {d} | {len(ds)} | {statistics.median(ds):.1f} | {max(ds):.1f} | {sum(ds):.0f}")
-    lines.append("\n## Gaps between consecutive kernels, per (device, stream): count | median us | max us | "
-                 "the kernel after the largest gap")
-    for key, ks in sorted(per_stream.items()):
+    lines.append("\n## Gaps between consecutive kernels, per device (any stream): device | count | median us | "
+                 "max us | the kernel after the largest gap")
+    for key, ks in sorted(per_device.items()):
         ks.sort()
         gaps = [(ks[i][0] - ks[i - 1][1], ks[i][2]) for i in range(1, len(ks))]
         if gaps:
@@ -280,7 +278,7 @@ def render(docs):
     for d in docs:
         out.append(f"- {d.get('label', d['path'])}: `{d['command']}`")
     out.append(f"\n{base['date']}; {base['world']} x {base['gpu']}; PyTorch {base['torch']}, NCCL {base['nccl']}; "
-               f"{base['runs'] and len(base['runs']['allreduce'])} runs of {base['calls']} all_reduce calls and "
+               f"{len(base['runs']['allreduce'])} runs of {base['calls']} all_reduce calls and "
                f"{base['steps']} steps each; hidden {base['hidden']}, FFN per rank {base['ffn']}, bf16.")
     return "\n".join(out)
 
