@@ -225,21 +225,22 @@ pub(crate) const TWO_RANK_PUSH_MIN_BYTES: u64 = 1 << 20;
 pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
 /// Largest message (per rank's contribution) sent as LL packets by default
-/// with up to [`LL_AUTO_FULL_RANKS`] ranks. On 2 x H200 (docs/PERFORMANCE.md)
+/// with two ranks, and for all-reduce at [`LL_ALLREDUCE_FULL_RANKS`] ranks. On 2 x H200 (docs/PERFORMANCE.md)
 /// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
 /// graph-replayed); on 4 x H200, eager back to back, 10.1 against 16.9 us
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
-/// Up to this many ranks an all-reduce's LL limit is [`LL_AUTO_BYTES`] (as
-/// measured); otherwise, and for the other collectives from three ranks
-/// (not yet measured with the larger limit), each rank sends n - 1 copies,
-/// so the limit shrinks by n - 1.
-const LL_AUTO_FULL_RANKS: usize = 4;
+/// The rank count (besides two) at which an all-reduce's LL limit is
+/// [`LL_AUTO_BYTES`], because it was measured there. Elsewhere (3 ranks,
+/// 5 and more, and the other collectives from three ranks; not measured
+/// with the larger limit) each rank sends n - 1 copies, so the limit
+/// shrinks by n - 1, as before.
+const LL_ALLREDUCE_FULL_RANKS: usize = 4;
 
 /// The LL limit of `auto` (per rank's contribution, bytes).
 fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    if nranks <= 2 || (coll == CollId::AllReduce && nranks <= LL_AUTO_FULL_RANKS) {
+    if nranks <= 2 || (coll == CollId::AllReduce && nranks == LL_ALLREDUCE_FULL_RANKS) {
         LL_AUTO_BYTES
     } else {
         LL_AUTO_BYTES / (nranks as u64 - 1)
@@ -806,6 +807,7 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllReduce, 2), 512 << 10);
         assert_eq!(ll_auto_limit(CollId::AllGather, 2), 512 << 10);
         assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);
         assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), (512 << 10) / 3, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
