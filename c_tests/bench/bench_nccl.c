@@ -7,6 +7,7 @@
 
 struct bn_api bn;
 static void *nccl_lib;
+static char nccl_lib_name[512]; /* as loaded, for messages */
 
 int bn_load(const char *path, char *reason, size_t len) {
   if (nccl_lib) return 0;
@@ -39,6 +40,10 @@ int bn_load(const char *path, char *reason, size_t len) {
       {"ncclGetErrorString", &bn.GetErrorString, 0},
       {"ncclGetLastError", &bn.GetLastError, 1},
       {"ncclCommGetAsyncError", &bn.CommGetAsyncError, 1},
+      {"ncclMemAlloc", &bn.MemAlloc, 1},
+      {"ncclMemFree", &bn.MemFree, 1},
+      {"ncclCommWindowRegister", &bn.CommWindowRegister, 1},
+      {"ncclCommWindowDeregister", &bn.CommWindowDeregister, 1},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     void *sym = dlsym(lib, syms[i].name);
@@ -51,7 +56,39 @@ int bn_load(const char *path, char *reason, size_t len) {
     memcpy(syms[i].slot, &sym, sizeof sym);
   }
   nccl_lib = lib;
+  snprintf(nccl_lib_name, sizeof nccl_lib_name, "%s", name);
   return 0;
+}
+
+int bn_window_check(char *reason, size_t len) {
+  const struct {
+    const char *name;
+    int present;
+  } needed[] = {
+      {"ncclMemAlloc", bn.MemAlloc != NULL},
+      {"ncclMemFree", bn.MemFree != NULL},
+      {"ncclCommWindowRegister", bn.CommWindowRegister != NULL},
+      {"ncclCommWindowDeregister", bn.CommWindowDeregister != NULL},
+  };
+  if (!nccl_lib) {
+    snprintf(reason, len, "NCCL is not loaded");
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
+    if (!needed[i].present) {
+      snprintf(reason, len, "%s lacks %s (window registration needs NCCL 2.27 or later)", nccl_lib_name,
+               needed[i].name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void bn_note_declined_windows(uint64_t declined, uint64_t total) {
+  if (declined)
+    printf("# note: NCCL declined %llu of %llu window registrations (ncclCommWindowRegister gave a NULL window): "
+           "the NCCL window column times NCCL's ordinary path there\n",
+           (unsigned long long)declined, (unsigned long long)total);
 }
 
 const char *bn_error(bn_result r, bn_comm comm, char *buf, size_t len) {

@@ -8,6 +8,7 @@
 #define SYMM_BENCH_NCCL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "test_util.h"
 
@@ -16,6 +17,11 @@ typedef struct {
   char internal[128]; /* NCCL_UNIQUE_ID_BYTES */
 } bn_unique_id;
 typedef int bn_result; /* ncclResult_t: 0 = ncclSuccess */
+typedef struct ncclWindow_vidmem *bn_window; /* ncclWindow_t (NCCL 2.27 and later) */
+
+/* ncclCommWindowRegister's flag for a window NCCL's symmetric kernels may
+ * use (NCCL_WIN_COLL_SYMMETRIC). */
+#define BN_WIN_COLL_SYMMETRIC 0x01
 
 struct bn_api {
   bn_result (*GetVersion)(int *version);
@@ -36,6 +42,12 @@ struct bn_api {
   /* Optional (NULL in old NCCLs). */
   const char *(*GetLastError)(bn_comm comm);
   bn_result (*CommGetAsyncError)(bn_comm comm, bn_result *err);
+  /* Optional: window registration (--nccl-window; bn_window_check says
+   * whether all four are there). */
+  bn_result (*MemAlloc)(void **ptr, size_t size);
+  bn_result (*MemFree)(void *ptr);
+  bn_result (*CommWindowRegister)(bn_comm comm, void *buff, size_t size, bn_window *win, int flags);
+  bn_result (*CommWindowDeregister)(bn_comm comm, bn_window win);
 };
 
 extern struct bn_api bn;
@@ -43,6 +55,19 @@ extern struct bn_api bn;
 /* dlopen `path` (NULL: "libnccl.so.2") and resolve bn. 0, or -1 with
  * `reason`. Idempotent. */
 int bn_load(const char *path, char *reason, size_t len);
+
+/* Whether the loaded library has what --nccl-window uses (ncclMemAlloc,
+ * ncclMemFree, ncclCommWindowRegister, ncclCommWindowDeregister): 0, or -1
+ * with `reason` naming the library and the first symbol it lacks. After a
+ * successful bn_load. */
+int bn_window_check(char *reason, size_t len);
+
+/* ncclCommWindowRegister may decline and still succeed, writing a NULL
+ * window (an NCCL without cuMem or peer mappings): the window column then
+ * times NCCL's ordinary path. Prints the header's line saying so when
+ * `declined` of the `total` registrations (over all ranks) were; nothing
+ * when none was. scripts/perf-tables shows the line. */
+void bn_note_declined_windows(uint64_t declined, uint64_t total);
 
 /* "ncclInvalidArgument: <last error>" for messages. */
 const char *bn_error(bn_result r, bn_comm comm, char *buf, size_t len);

@@ -88,6 +88,12 @@ void bw_nccl_ok(const char *file, int line, const struct tw_rank *r, bn_comm com
   tu_exit_now();
 }
 
+int bw_has_arg(int argc, char **argv, const char *arg) {
+  for (int i = 2; i < argc; i++)
+    if (strcmp(argv[i], arg) == 0) return 1;
+  return 0;
+}
+
 int bw_parse_size(const char *s, size_t *out) {
   char *end;
   errno = 0;

@@ -42,6 +42,11 @@ void bw_nccl_ok(const char *file, int line, const struct tw_rank *r, bn_comm com
 #define BW_SYMM(r, rc, what) bw_symm_ok(__FILE__, __LINE__, (r), (rc), (what))
 #define BW_NCCL(r, comm, rc, what) bw_nccl_ok(__FILE__, __LINE__, (r), (comm), (rc), (what))
 
+/* Whether argv[2..argc-1] (the options after the mode) hold `arg` exactly:
+ * for checks between options before tw_main, whose option callback sees
+ * one at a time. */
+int bw_has_arg(int argc, char **argv, const char *arg);
+
 /* "8", "64K", "1M", "1G" (binary): 0, or -1 for anything else, 0, or over 1 TiB. */
 int bw_parse_size(const char *s, size_t *out);
 

@@ -5,12 +5,15 @@
  *   table oneshot  examples/device/one_shot_all_reduce.cu's kernel (fp32 sum
  *                  of a symmetric input into a plain output, the example's
  *                  grid of 32 x 512 threads), symmAllReduce on the same
- *                  buffers, and ncclAllReduce (--vs-nccl) on plain ones.
+ *                  buffers, and ncclAllReduce (--vs-nccl) on plain ones
+ *                  (with --nccl-window also on ncclMemAlloc buffers
+ *                  registered as windows: NCCL's symmetric kernels).
  *   table rmsnorm  examples/device/all_reduce_rms_norm.cu's kernel (all-
  *                  reduce of bf16 x fused with the residual add and RMSNorm;
  *                  one row per block, 256 threads, at most 64 blocks) against
  *                  symmAllReduce then a separate add + RMSNorm kernel, and
- *                  ncclAllReduce then the same kernel. A size of S bytes is
+ *                  ncclAllReduce then the same kernel (--nccl-window: also
+ *                  on window-registered buffers). A size of S bytes is
  *                  S/2 bf16 elements per rank: rows of --hidden elements
  *                  (fewer when S/2 is smaller).
  *
@@ -30,8 +33,11 @@
  *
  * Options: --minbytes=N (8) --maxbytes=N (256K) --factor=F (2) --iters=N
  * (200) --replays=N (3) --hidden=H (4096) --blocks=B (one-shot grid, 32)
- * --only=oneshot|rmsnorm --no-check --vs-nccl --nccl-lib=PATH. Sizes take
- * K/M suffixes (binary).
+ * --only=oneshot|rmsnorm --no-check --vs-nccl --nccl-window --nccl-lib=PATH.
+ * Sizes take K/M suffixes (binary). --nccl-window (with --vs-nccl) adds
+ * NCCL's window column: buffers from ncclMemAlloc registered with
+ * ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) on the same communicator,
+ * timed and checked like the plain ones, its time and ratio beside theirs.
  *
  * Output: a header (versions, command, date, GPUs), then per table a line
  * "# table NAME: TITLE", a line "# columns: A | B | ...", and one row per
@@ -61,7 +67,7 @@
 
 static struct {
   size_t minb, maxb, factor;
-  int iters, replays, hidden, blocks, check, vs_nccl, oneshot, rmsnorm;
+  int iters, replays, hidden, blocks, check, vs_nccl, nccl_window, oneshot, rmsnorm;
   const char *nccl_lib;
   char cmdline[1024];
 } O = {.minb = 8, .maxb = 256 << 10, .factor = 2, .iters = 200, .replays = 3, .hidden = 4096, .blocks = 32,
@@ -82,6 +88,7 @@ static int option(const char *arg, void *ctx) {
   if (!strcmp(arg, "--only=rmsnorm")) return O.oneshot = 0, 0;
   if (!strcmp(arg, "--no-check")) return O.check = 0, 0;
   if (!strcmp(arg, "--vs-nccl")) return O.vs_nccl = 1, 0;
+  if (!strcmp(arg, "--nccl-window")) return O.nccl_window = 1, 0;
   if (!strncmp(arg, "--nccl-lib=", 11)) return O.nccl_lib = arg + 11, 0;
   return -1;
 }
@@ -98,8 +105,11 @@ static struct {
   void *sym;                                    /* symmetric input (both tables) */
   CUdeviceptr in, out, residual, weight, rms_out; /* in = sym */
   CUdeviceptr nin, nout;                        /* NCCL's plain buffers */
+  CUdeviceptr win_in, win_out;                  /* NCCL's window buffers (--nccl-window): ncclMemAlloc */
+  bn_window win_in_reg, win_out_reg;            /* their windows on nccl */
   void *host;
   size_t bytes;
+  uint64_t windows_declined; /* NULL windows from ncclCommWindowRegister, all ranks */
 } R;
 
 /* The calls that must succeed, for the rank of this process. */
@@ -119,7 +129,20 @@ static unsigned fill_grid(size_t n) {
 /* ---- the variants ------------------------------------------------------------------ */
 
 enum table { T_ONESHOT, T_RMSNORM };
-enum variant { V_KERNEL, V_SYMM, V_NCCL, NVARIANTS };
+/* V_NCCL_WINDOW: ncclAllReduce on the window-registered buffers. */
+enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, NVARIANTS };
+
+static int is_nccl(enum variant v) {
+  return v == V_NCCL || v == V_NCCL_WINDOW;
+}
+
+/* NCCL's input and output buffers of variant v (an NCCL variant). */
+static CUdeviceptr nccl_in(enum variant v) {
+  return v == V_NCCL_WINDOW ? R.win_in : R.nin;
+}
+static CUdeviceptr nccl_out(enum variant v) {
+  return v == V_NCCL_WINDOW ? R.win_out : R.nout;
+}
 
 struct shape {
   enum table table;
@@ -143,8 +166,8 @@ static void enqueue(const struct shape *s, enum variant v) {
                    "symmAllReduce");
         break;
       default:
-        check_nccl(bn.AllReduce((const void *)(uintptr_t)R.nin, (void *)(uintptr_t)R.nout, n, symmFloat32, symmSum,
-                                R.nccl, R.r->stream),
+        check_nccl(bn.AllReduce((const void *)(uintptr_t)nccl_in(v), (void *)(uintptr_t)nccl_out(v), n, symmFloat32,
+                                symmSum, R.nccl, R.r->stream),
                    "ncclAllReduce");
         break;
     }
@@ -159,14 +182,14 @@ static void enqueue(const struct shape *s, enum variant v) {
     launch(R.fused, blocks, RMS_THREADS, smem, p, "all_reduce_add_rms_norm");
     return;
   }
-  CUdeviceptr sum = v == V_SYMM ? R.out : R.nout;
+  CUdeviceptr sum = v == V_SYMM ? R.out : nccl_out(v);
   if (v == V_SYMM)
     check_symm(symmAllReduce((const void *)(uintptr_t)R.in, (void *)(uintptr_t)R.out, s->elems, symmBfloat16, symmSum,
                              R.r->comm, R.r->stream),
                "symmAllReduce");
   else
-    check_nccl(bn.AllReduce((const void *)(uintptr_t)R.nin, (void *)(uintptr_t)R.nout, s->elems, symmBfloat16,
-                            symmSum, R.nccl, R.r->stream),
+    check_nccl(bn.AllReduce((const void *)(uintptr_t)nccl_in(v), (void *)(uintptr_t)nccl_out(v), s->elems,
+                            symmBfloat16, symmSum, R.nccl, R.r->stream),
                "ncclAllReduce");
   void *p[] = {&sum, &R.residual, &R.weight, &R.rms_out, &tokens, &hidden, &eps};
   launch(R.add_rms_norm, blocks, RMS_THREADS, smem, p, "db_add_rms_norm");
@@ -174,14 +197,14 @@ static void enqueue(const struct shape *s, enum variant v) {
 
 /* Fresh inputs of the variant (and poisoned outputs), on every rank. */
 static void prepare(struct tw *w, const struct shape *s, enum variant v) {
-  CUdeviceptr in = v == V_NCCL ? R.nin : R.in;
+  CUdeviceptr in = is_nccl(v) ? nccl_in(v) : R.in;
   int rank = R.r->rank, hidden = s->hidden;
   size_t n = s->elems;
   tw_use(R.r);
   if (s->table == T_ONESHOT) {
     void *p[] = {&in, &n, &rank};
     launch(R.fill_f32, fill_grid(n), 256, 0, p, "db_fill_f32");
-    TW_CU(cw_cu.cuMemsetD8Async(v == V_NCCL ? R.nout : R.out, 0xff, s->bytes, R.r->stream));
+    TW_CU(cw_cu.cuMemsetD8Async(is_nccl(v) ? nccl_out(v) : R.out, 0xff, s->bytes, R.r->stream));
   } else {
     void *p[] = {&in, &R.residual, &R.weight, &n, &hidden, &rank};
     launch(R.fill_rms, fill_grid(n), 256, 0, p, "db_fill_rms");
@@ -239,7 +262,7 @@ static uint64_t check_output(struct tw *w, const struct shape *s, enum variant v
   uint64_t bad = 0;
   if (s->table == T_ONESHOT) {
     float *h = R.host;
-    TW_CU(tu_cu.cuMemcpyDtoH(h, v == V_NCCL ? R.nout : R.out, s->bytes));
+    TW_CU(tu_cu.cuMemcpyDtoH(h, is_nccl(v) ? nccl_out(v) : R.out, s->bytes));
     for (size_t i = 0; i < s->elems; i++) {
       float want = 0;
       for (int r = 0; r < w->nranks; r++) want += (float)(r + 1) + (float)(i % 7);
@@ -274,6 +297,7 @@ static void header(struct tw *w) {
   printf("# graph: %d calls per graph, %d timed replay(s) after an untimed one; time: CUDA events on each rank's "
          "stream after a host and a device barrier, slowest rank's mean per call\n",
          O.iters, O.replays);
+  if (O.nccl_window) bn_note_declined_windows(R.windows_declined, 2 * (uint64_t)w->nranks);
   bw_header_ranks(w);
 }
 
@@ -289,19 +313,27 @@ static void ratio(double num, double den, char *buf, size_t len) {
 
 static uint64_t run_table(struct tw *w, enum table t) {
   if (w->lead) {
-    if (t == T_ONESHOT)
+    /* Without --nccl-window the lines are as they always were; the window
+     * adds columns of its own (scripts/perf-tables goes by the names). */
+    if (t == T_ONESHOT) {
       printf("#\n# table oneshot: one-shot all-reduce, fp32 sum, graph-replayed: the kernel of "
              "examples/device/one_shot_all_reduce.cu (%d x %d threads), symmAllReduce (same buffers: symmetric in, "
-             "plain out), ncclAllReduce (plain buffers)\n"
-             "# columns: size (B) | example (us) | symmAllReduce (us) | NCCL (us) | symmAllReduce / example | "
-             "NCCL / example | #wrong\n",
-             O.blocks, ONESHOT_THREADS);
-    else
+             "plain out), ncclAllReduce (plain buffers%s)\n",
+             O.blocks, ONESHOT_THREADS,
+             O.nccl_window ? "; NCCL window: ncclMemAlloc buffers registered with ncclCommWindowRegister" : "");
+      printf("# columns: size (B) | example (us) | symmAllReduce (us) | NCCL (us)%s | symmAllReduce / example | "
+             "NCCL / example%s | #wrong\n",
+             O.nccl_window ? " | NCCL window (us)" : "", O.nccl_window ? " | NCCL window / example" : "");
+    } else {
       printf("#\n# table rmsnorm: all-reduce + residual add + RMSNorm, bf16 (fp32 accumulation), graph-replayed: "
              "the fused kernel of examples/device/all_reduce_rms_norm.cu, symmAllReduce + a separate add+RMSNorm "
-             "kernel, ncclAllReduce + the same kernel\n"
-             "# columns: size (B) | tokens | hidden | fused (us) | symmAllReduce + norm (us) | NCCL + norm (us) | "
-             "(symm + norm) / fused | (NCCL + norm) / fused | #wrong\n");
+             "kernel, ncclAllReduce + the same kernel%s\n",
+             O.nccl_window ? " (NCCL window: its buffers from ncclMemAlloc, registered with ncclCommWindowRegister)"
+                           : "");
+      printf("# columns: size (B) | tokens | hidden | fused (us) | symmAllReduce + norm (us) | NCCL + norm (us)%s | "
+             "(symm + norm) / fused | (NCCL + norm) / fused%s | #wrong\n",
+             O.nccl_window ? " | NCCL window + norm (us)" : "", O.nccl_window ? " | (NCCL window + norm) / fused" : "");
+    }
     fflush(stdout);
   }
   uint64_t wrong_total = 0;
@@ -316,7 +348,7 @@ static uint64_t run_table(struct tw *w, enum table t) {
       double us[NVARIANTS] = {0};
       uint64_t bad = 0;
       for (int v = 0; v < NVARIANTS; v++) {
-        if (v == V_NCCL && !O.vs_nccl) continue;
+        if ((v == V_NCCL && !O.vs_nccl) || (v == V_NCCL_WINDOW && !O.nccl_window)) continue;
         prepare(w, &s, (enum variant)v);
         us[v] = time_graph(w, &s, (enum variant)v);
         if (O.check) {
@@ -329,26 +361,58 @@ static uint64_t run_table(struct tw *w, enum table t) {
       }
       wrong_total += bad;
       if (w->lead) {
-        char a[32], b[32], c[32], r1[32], r2[32], wb[32];
+        char a[32], b[32], c[32], d[32], r1[32], r2[32], r3[32], wb[32];
         fmt(us[V_KERNEL], a, sizeof a);
         fmt(us[V_SYMM], b, sizeof b);
         fmt(us[V_NCCL], c, sizeof c);
+        fmt(us[V_NCCL_WINDOW], d, sizeof d);
         ratio(us[V_SYMM], us[V_KERNEL], r1, sizeof r1);
         ratio(us[V_NCCL], us[V_KERNEL], r2, sizeof r2);
+        ratio(us[V_NCCL_WINDOW], us[V_KERNEL], r3, sizeof r3);
         if (O.check)
           snprintf(wb, sizeof wb, "%llu", (unsigned long long)bad);
         else
           snprintf(wb, sizeof wb, "N/A");
+        /* The window's time and ratio follow NCCL's, as the columns line says. */
         if (t == T_ONESHOT)
-          printf("%12zu  %9s  %9s  %9s  %7s  %7s  %6s\n", s.bytes, a, b, c, r1, r2, wb);
+          printf("%12zu  %9s  %9s  %9s", s.bytes, a, b, c);
         else
-          printf("%12zu  %6d  %6d  %9s  %9s  %9s  %7s  %7s  %6s\n", s.bytes, s.tokens, s.hidden, a, b, c, r1, r2, wb);
+          printf("%12zu  %6d  %6d  %9s  %9s  %9s", s.bytes, s.tokens, s.hidden, a, b, c);
+        if (O.nccl_window) printf("  %9s", d);
+        printf("  %7s  %7s", r1, r2);
+        if (O.nccl_window) printf("  %7s", r3);
+        printf("  %6s\n", wb);
         fflush(stdout);
       }
     }
     if (bytes > O.maxb / O.factor) break;
   }
   return wrong_total;
+}
+
+/* --nccl-window: NCCL's second pair of buffers, from ncclMemAlloc (on this
+ * rank's device, current), registered as windows NCCL's symmetric kernels
+ * may use on the same communicator as the plain pair: NCCL chooses those
+ * kernels per call, by whether the buffers lie in such windows (as
+ * nccl-tests -R 2 does; a second communicator would only add its own
+ * buffers and threads). Registration is collective: every rank, the same
+ * size, the same order. */
+static void alloc_nccl_windows(struct tw *w) {
+  char reason[512];
+  REQUIRE(bn_window_check(reason, sizeof reason) == 0, "--nccl-window: %s", reason);
+  void *in = NULL, *out = NULL;
+  tw_use(R.r);
+  check_nccl(bn.MemAlloc(&in, R.bytes), "ncclMemAlloc");
+  check_nccl(bn.MemAlloc(&out, R.bytes), "ncclMemAlloc");
+  R.win_in = (CUdeviceptr)(uintptr_t)in;
+  R.win_out = (CUdeviceptr)(uintptr_t)out;
+  check_nccl(bn.CommWindowRegister(R.nccl, in, R.bytes, &R.win_in_reg, BN_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister");
+  check_nccl(bn.CommWindowRegister(R.nccl, out, R.bytes, &R.win_out_reg, BN_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister");
+  uint64_t mine = (uint64_t)(R.win_in_reg == NULL) + (R.win_out_reg == NULL), all[TW_MAX_RANKS];
+  tw_exchange_u64(w, &mine, all);
+  for (int k = 0; k < w->nranks; k++) R.windows_declined += all[k];
 }
 
 static void body(struct tw *w, void *ctx) {
@@ -386,6 +450,7 @@ static void body(struct tw *w, void *ctx) {
     TW_CU(tu_cu.cuMemAlloc(&R.nin, R.bytes));
     TW_CU(tu_cu.cuMemAlloc(&R.nout, R.bytes));
   }
+  if (O.nccl_window) alloc_nccl_windows(w);
   if (w->lead) header(w);
 
   uint64_t wrong = 0;
@@ -400,9 +465,13 @@ static void body(struct tw *w, void *ctx) {
 
   tw_sync_all(w, 600, "teardown");
   tw_host_barrier(w, "teardown");
+  if (R.win_in_reg) check_nccl(bn.CommWindowDeregister(R.nccl, R.win_in_reg), "ncclCommWindowDeregister");
+  if (R.win_out_reg) check_nccl(bn.CommWindowDeregister(R.nccl, R.win_out_reg), "ncclCommWindowDeregister");
   if (R.nccl) check_nccl(bn.CommDestroy(R.nccl), "ncclCommDestroy");
   if (R.nin) TW_CU(tu_cu.cuMemFree(R.nin));
   if (R.nout) TW_CU(tu_cu.cuMemFree(R.nout));
+  if (R.win_in) check_nccl(bn.MemFree((void *)(uintptr_t)R.win_in), "ncclMemFree");
+  if (R.win_out) check_nccl(bn.MemFree((void *)(uintptr_t)R.win_out), "ncclMemFree");
   TW_CU(tu_cu.cuMemFree(R.out));
   TW_CU(tu_cu.cuMemFree(R.residual));
   TW_CU(tu_cu.cuMemFree(R.rms_out));
@@ -416,9 +485,15 @@ static void body(struct tw *w, void *ctx) {
 }
 
 int main(int argc, char **argv) {
+  /* The harness hands the options over one at a time: this pair is checked
+   * here, before it runs (and on machines without a GPU). */
+  if (bw_has_arg(argc, argv, "--nccl-window") && !bw_has_arg(argc, argv, "--vs-nccl")) {
+    fprintf(stderr, PROG ": --nccl-window adds a second NCCL column beside the ordinary one: it needs --vs-nccl\n");
+    return 2;
+  }
   static const struct tw_spec spec = {.name = PROG, .modes = "mp",
       .usage = "[--minbytes=N] [--maxbytes=N] [--factor=F] [--iters=N] [--replays=N] [--hidden=H] [--blocks=B] "
-               "[--only=oneshot|rmsnorm] [--no-check] [--vs-nccl] [--nccl-lib=PATH]",
+               "[--only=oneshot|rmsnorm] [--no-check] [--vs-nccl [--nccl-window]] [--nccl-lib=PATH]",
       .limit_s = 3600, .stall = 1, .quiet = 1, .library_timeouts = 1, .option = option,
       .process_init = cw_process_init, .body = body};
   return tw_main(&spec, argc, argv);

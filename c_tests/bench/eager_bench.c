@@ -13,6 +13,11 @@
  *                  tell: more than it remembers);
  *   nccl same / nccl rotating   the same through ncclAllReduce (--vs-nccl;
  *                  --nccl-lib=PATH, default libnccl.so.2).
+ *   nccl-win same / rotating    the same on buffers from ncclMemAlloc, each
+ *                  registered with ncclCommWindowRegister
+ *                  (NCCL_WIN_COLL_SYMMETRIC) on the same communicator: NCCL's
+ *                  symmetric kernels (--nccl-window, with --vs-nccl; NCCL
+ *                  2.27 and later).
  *
  * Per run and rank: wall time per call (first call to the stream's end,
  * over the calls), CPU time per call of the issuing thread
@@ -24,9 +29,11 @@
  * more call on ones must give nranks in every element.
  *
  * Options: --bytes=N (256K, at most 1G) --calls=N (2000) --runs=N (5) --buffers=N (64)
- * --vs-nccl --nccl-lib=PATH. Output: a header, then "# columns: ..." and
+ * --vs-nccl --nccl-window --nccl-lib=PATH. Output: a header, then "# columns: ..." and
  * one row per variant (whitespace-separated), which scripts/perf-tables
- * turns into markdown. With shared GPUs (SYMM_TEST_SHARED_DEVICES=1) the
+ * turns into markdown. With --nccl-window a column "best NCCL / this" follows
+ * "NCCL / this": the faster of the two NCCL rows of the same buffer use over
+ * this row (median walls). With shared GPUs (SYMM_TEST_SHARED_DEVICES=1) the
  * times mean nothing (the header says so); --vs-nccl then needs a library
  * that accepts shared GPUs (the stand-in with SYMM_NCCL_MODE=symm).
  */
@@ -48,7 +55,7 @@
 
 static struct {
   size_t bytes;
-  int calls, runs, buffers, vs_nccl;
+  int calls, runs, buffers, vs_nccl, nccl_window;
   const char *nccl_lib;
   char cmdline[1024];
 } O = {.bytes = 256 << 10, .calls = 2000, .runs = 5, .buffers = 64};
@@ -62,17 +69,30 @@ static int option(const char *arg, void *ctx) {
   if (sscanf(arg, "--runs=%d", &O.runs) == 1) return O.runs > 0 && O.runs <= MAX_RUNS ? 0 : -1;
   if (sscanf(arg, "--buffers=%d", &O.buffers) == 1) return O.buffers > 1 && O.buffers <= MAX_BUFFERS ? 0 : -1;
   if (!strcmp(arg, "--vs-nccl")) return O.vs_nccl = 1, 0;
+  if (!strcmp(arg, "--nccl-window")) return O.nccl_window = 1, 0;
   if (!strncmp(arg, "--nccl-lib=", 11)) return O.nccl_lib = arg + 11, 0;
   return -1;
 }
 
-enum variant { V_SYMM_SAME, V_SYMM_ROTATING, V_NCCL_SAME, V_NCCL_ROTATING, NVARIANTS };
-static const char *const variant_name[NVARIANTS] = {"symm-same", "symm-rotating", "nccl-same", "nccl-rotating"};
+enum variant {
+  V_SYMM_SAME,
+  V_SYMM_ROTATING,
+  V_NCCL_SAME,
+  V_NCCL_ROTATING,
+  V_NCCL_WIN_SAME,     /* --nccl-window: NCCL on window-registered buffers */
+  V_NCCL_WIN_ROTATING,
+  NVARIANTS
+};
+static const char *const variant_name[NVARIANTS] = {"symm-same",     "symm-rotating", "nccl-same",
+                                                    "nccl-rotating", "nccl-win-same", "nccl-win-rotating"};
 
 static struct {
   struct tw_rank *r;
   bn_comm nccl;
   CUdeviceptr buf[MAX_BUFFERS];
+  CUdeviceptr win_buf[MAX_BUFFERS]; /* --nccl-window: from ncclMemAlloc, one window each */
+  bn_window win[MAX_BUFFERS];
+  uint64_t windows_declined; /* NULL windows from ncclCommWindowRegister, all ranks */
   uint16_t *host;
 } R;
 
@@ -86,17 +106,34 @@ static uint64_t now_ns(clockid_t clock) {
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+static int is_symm(enum variant v) {
+  return v == V_SYMM_SAME || v == V_SYMM_ROTATING;
+}
+
+static int is_window(enum variant v) {
+  return v == V_NCCL_WIN_SAME || v == V_NCCL_WIN_ROTATING;
+}
+
+static int is_rotating(enum variant v) {
+  return v == V_SYMM_ROTATING || v == V_NCCL_ROTATING || v == V_NCCL_WIN_ROTATING;
+}
+
+/* Buffer b of variant v: the window variants have buffers of their own. */
+static CUdeviceptr buffer(enum variant v, int b) {
+  return is_window(v) ? R.win_buf[b] : R.buf[b];
+}
+
 static void all_reduce(enum variant v, CUdeviceptr p) {
   const size_t n = O.bytes / 2;
   void *b = (void *)(uintptr_t)p;
-  if (v == V_SYMM_SAME || v == V_SYMM_ROTATING)
+  if (is_symm(v))
     check_symm(symmAllReduce(b, b, n, symmBfloat16, symmSum, R.r->comm, R.r->stream), "symmAllReduce");
   else
     check_nccl(bn.AllReduce(b, b, n, symmBfloat16, symmSum, R.nccl, R.r->stream), "ncclAllReduce");
 }
 
 static int nbuffers(enum variant v) {
-  return v == V_SYMM_ROTATING || v == V_NCCL_ROTATING ? O.buffers : 1;
+  return is_rotating(v) ? O.buffers : 1;
 }
 
 /* One timed loop: per-call wall, CPU and longest call (ns) of this rank. */
@@ -108,7 +145,7 @@ static void timed_loop(struct tw *w, enum variant v, uint64_t out[3]) {
   const uint64_t c0 = now_ns(CLOCK_THREAD_CPUTIME_ID), t0 = now_ns(CLOCK_MONOTONIC);
   uint64_t prev = t0;
   for (int k = 0; k < O.calls; k++) {
-    all_reduce(v, R.buf[k % nb]);
+    all_reduce(v, buffer(v, k % nb));
     const uint64_t t = now_ns(CLOCK_MONOTONIC);
     if (t - prev > longest) longest = t - prev;
     prev = t;
@@ -127,17 +164,17 @@ static uint64_t check_variant(struct tw *w, enum variant v) {
   const uint16_t want = (uint16_t)cw_float_to_bf16((float)w->nranks);
   uint64_t bad = 0;
   for (int b = 0; b < nbuffers(v); b++) {
-    TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, R.buf[b], O.bytes, R.r->stream));
+    TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, buffer(v, b), O.bytes, R.r->stream));
     tw_stream_wait(R.r, 600, "reading the output");
     for (size_t i = 0; i < n; i++) bad += R.host[i] != 0;
   }
   for (size_t i = 0; i < n; i++) R.host[i] = (uint16_t)cw_float_to_bf16(1.0f);
-  TW_CU(cw_cu.cuMemcpyHtoDAsync(R.buf[0], R.host, O.bytes, R.r->stream));
-  all_reduce(v, R.buf[0]);
-  TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, R.buf[0], O.bytes, R.r->stream));
+  TW_CU(cw_cu.cuMemcpyHtoDAsync(buffer(v, 0), R.host, O.bytes, R.r->stream));
+  all_reduce(v, buffer(v, 0));
+  TW_CU(cw_cu.cuMemcpyDtoHAsync(R.host, buffer(v, 0), O.bytes, R.r->stream));
   tw_stream_wait(R.r, 600, "the checked call");
   for (size_t i = 0; i < n; i++) bad += R.host[i] != want;
-  TW_CU(cw_cu.cuMemsetD8Async(R.buf[0], 0, O.bytes, R.r->stream));
+  TW_CU(cw_cu.cuMemsetD8Async(buffer(v, 0), 0, O.bytes, R.r->stream));
   tw_stream_wait(R.r, 600, "clearing");
   uint64_t all[TW_MAX_RANKS], total = 0;
   tw_exchange_u64(w, &bad, all);
@@ -163,11 +200,43 @@ static void header(struct tw *w) {
   printf("# loop: %d back-to-back in-place all-reduces of %zu bytes (bf16 sum, plain buffers), one stream wait after; "
          "%d runs per variant, each the slowest rank's; rotating: %d buffers in turn\n",
          O.calls, O.bytes, O.runs, O.buffers);
+  if (O.nccl_window)
+    printf("# nccl-win: ncclAllReduce on buffers from ncclMemAlloc, each registered with "
+           "ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) on the same communicator (NCCL's symmetric kernels)\n");
+  if (O.nccl_window) bn_note_declined_windows(R.windows_declined, (uint64_t)O.buffers * (uint64_t)w->nranks);
   bw_header_ranks(w);
+  /* Without --nccl-window the columns are as they always were. */
   printf("#\n# table eager: eager all-reduce loop, per call, min/median/max over runs\n"
          "# columns: variant | wall (us) | host CPU (us) | longest call (us) | NCCL / this (median wall, same buffer use) | "
-         "#wrong\n");
+         "%s#wrong\n",
+         O.nccl_window ? "best NCCL / this (the faster of nccl and nccl-win, same buffer use) | " : "");
   fflush(stdout);
+}
+
+/* --nccl-window: --buffers buffers from ncclMemAlloc (this rank's device is
+ * current), zeroed, each registered as a window NCCL's symmetric kernels
+ * may use, on the same communicator as the plain buffers: NCCL chooses
+ * those kernels per call, by whether the buffer lies in such a window (as
+ * nccl-tests -R 2 does; a second communicator would only add its own
+ * buffers and threads). One window per buffer, as the plain rotating
+ * variant has one allocation per buffer. Registration is collective: every
+ * rank, the same size, the same order. */
+static void alloc_nccl_windows(struct tw *w) {
+  char reason[512];
+  REQUIRE(bn_window_check(reason, sizeof reason) == 0, "--nccl-window: %s", reason);
+  tw_use(R.r);
+  uint64_t mine = 0, all[TW_MAX_RANKS];
+  for (int b = 0; b < O.buffers; b++) {
+    void *p = NULL;
+    check_nccl(bn.MemAlloc(&p, O.bytes), "ncclMemAlloc");
+    R.win_buf[b] = (CUdeviceptr)(uintptr_t)p;
+    TW_CU(cw_cu.cuMemsetD8Async(R.win_buf[b], 0, O.bytes, R.r->stream));
+    check_nccl(bn.CommWindowRegister(R.nccl, p, O.bytes, &R.win[b], BN_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister");
+    mine += R.win[b] == NULL;
+    tw_progress();
+  }
+  tw_exchange_u64(w, &mine, all);
+  for (int k = 0; k < w->nranks; k++) R.windows_declined += all[k];
 }
 
 static void body(struct tw *w, void *ctx) {
@@ -184,18 +253,24 @@ static void body(struct tw *w, void *ctx) {
     REQUIRE(bn_load(O.nccl_lib, reason, sizeof reason) == 0, "--vs-nccl: %s", reason);
     check_nccl(bw_nccl_init_rank(w, R.r, &R.nccl), "ncclGetUniqueId/ncclCommInitRank");
   }
+  if (O.nccl_window) alloc_nccl_windows(w);
   if (w->lead) header(w);
 
-  /* NCCL first, so that each symmcomm row can give its ratio to NCCL's
-   * row of the same buffer use. */
-  static const enum variant order[NVARIANTS] = {V_NCCL_SAME, V_NCCL_ROTATING, V_SYMM_SAME, V_SYMM_ROTATING};
-  double nccl_median[2] = {0, 0}; /* same, rotating */
+  /* NCCL first (plain, then window), so that each later row can give its
+   * ratio to NCCL's rows of the same buffer use. */
+  static const enum variant order[NVARIANTS] = {V_NCCL_SAME, V_NCCL_ROTATING, V_NCCL_WIN_SAME, V_NCCL_WIN_ROTATING,
+                                                V_SYMM_SAME, V_SYMM_ROTATING};
+  double nccl_median[2] = {0, 0};   /* same, rotating */
+  double window_median[2] = {0, 0}; /* the same on the window buffers */
+  /* The variant column's width: the window's names are longer. */
+  const int name_width = O.nccl_window ? 17 : 14;
   uint64_t wrong_total = 0;
   for (int i = 0; i < NVARIANTS; i++) {
     const enum variant v = order[i];
-    if ((v == V_NCCL_SAME || v == V_NCCL_ROTATING) && !O.vs_nccl) continue;
+    if (!is_symm(v) && !is_window(v) && !O.vs_nccl) continue;
+    if (is_window(v) && !O.nccl_window) continue;
     tw_phase("%s", variant_name[v]);
-    for (int k = 0; k < 20; k++) all_reduce(v, R.buf[k % nbuffers(v)]); /* warm-up */
+    for (int k = 0; k < 20; k++) all_reduce(v, buffer(v, k % nbuffers(v))); /* warm-up */
     uint64_t wall[MAX_RUNS], cpu[MAX_RUNS], longest[MAX_RUNS];
     for (int run = 0; run < O.runs; run++) {
       uint64_t mine[3], all[TW_MAX_RANKS];
@@ -212,14 +287,23 @@ static void body(struct tw *w, void *ctx) {
     const uint64_t bad = check_variant(w, v);
     wrong_total += bad;
     if (w->lead) {
-      char ws[64], cs[64], ls[64], rs[32] = "-";
+      char ws[64], cs[64], ls[64], rs[32] = "-", bs[32] = "-";
       const double med = spread(wall, O.runs, ws, sizeof ws);
       spread(cpu, O.runs, cs, sizeof cs);
       spread(longest, O.runs, ls, sizeof ls);
-      const int rotating = v == V_SYMM_ROTATING || v == V_NCCL_ROTATING;
+      const int rotating = is_rotating(v);
       if (v == V_NCCL_SAME || v == V_NCCL_ROTATING) nccl_median[rotating] = med;
+      if (is_window(v)) window_median[rotating] = med;
       if (nccl_median[rotating] > 0) snprintf(rs, sizeof rs, "%.2f", nccl_median[rotating] / med);
-      printf("%-14s  %20s  %20s  %24s  %6s  %6llu\n", variant_name[v], ws, cs, ls, rs, (unsigned long long)bad);
+      printf("%-*s  %20s  %20s  %24s  %6s", name_width, variant_name[v], ws, cs, ls, rs);
+      if (O.nccl_window) {
+        /* Once both NCCL rows of this buffer use have run: "-" on the plain
+         * NCCL row (its window row comes next). */
+        const double plain = nccl_median[rotating], window = window_median[rotating];
+        if (plain > 0 && window > 0) snprintf(bs, sizeof bs, "%.2f", (plain < window ? plain : window) / med);
+        printf("  %6s", bs);
+      }
+      printf("  %6llu\n", (unsigned long long)bad);
       fflush(stdout);
     }
   }
@@ -231,15 +315,26 @@ static void body(struct tw *w, void *ctx) {
 
   tw_sync_all(w, 600, "teardown");
   tw_host_barrier(w, "teardown");
+  for (int b = 0; b < O.buffers; b++)
+    if (R.win[b]) check_nccl(bn.CommWindowDeregister(R.nccl, R.win[b]), "ncclCommWindowDeregister");
   if (R.nccl) check_nccl(bn.CommDestroy(R.nccl), "ncclCommDestroy");
   for (int b = 0; b < O.buffers; b++) TW_CU(tu_cu.cuMemFree(R.buf[b]));
+  for (int b = 0; b < O.buffers; b++)
+    if (R.win_buf[b]) check_nccl(bn.MemFree((void *)(uintptr_t)R.win_buf[b]), "ncclMemFree");
   free(R.host);
   tw_destroy_comms(w);
 }
 
 int main(int argc, char **argv) {
+  /* The harness hands the options over one at a time: this pair is checked
+   * here, before it runs (and on machines without a GPU). */
+  if (bw_has_arg(argc, argv, "--nccl-window") && !bw_has_arg(argc, argv, "--vs-nccl")) {
+    fprintf(stderr, PROG ": --nccl-window adds NCCL rows on window-registered buffers beside the ordinary ones: it "
+            "needs --vs-nccl\n");
+    return 2;
+  }
   static const struct tw_spec spec = {.name = PROG, .modes = "mp",
-      .usage = "[--bytes=N] [--calls=N] [--runs=N] [--buffers=N] [--vs-nccl] [--nccl-lib=PATH]",
+      .usage = "[--bytes=N] [--calls=N] [--runs=N] [--buffers=N] [--vs-nccl [--nccl-window]] [--nccl-lib=PATH]",
       .limit_s = 1800, .stall = 1, .quiet = 1, .library_timeouts = 1, .option = option,
       .process_init = cw_process_init, .body = body};
   return tw_main(&spec, argc, argv);

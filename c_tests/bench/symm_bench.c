@@ -88,7 +88,8 @@ static int coll_by_name(const char *s, size_t len) {
   return -1;
 }
 
-enum impl { IMPL_SYMM, IMPL_NCCL };
+/* IMPL_NCCL_WINDOW: NCCL on its window-registered buffers (--nccl-window). */
+enum impl { IMPL_SYMM, IMPL_NCCL, IMPL_NCCL_WINDOW };
 enum bufclass { BUF_STAGED, BUF_REGISTERED, BUF_SYMMETRIC };
 static const char *const bufclass_names[] = {"staged", "registered", "symmetric"};
 
@@ -112,6 +113,7 @@ struct opts {
   int check;
   int vs_nccl;
   int nccl_inplace;
+  int nccl_window; /* a second NCCL column on ncclMemAlloc buffers registered as windows */
   const char *nccl_lib;
   int require_gpu;
   double timeout;
@@ -148,6 +150,7 @@ static struct opts O = {
     .check = 1,
     .vs_nccl = 0,
     .nccl_inplace = 0,
+    .nccl_window = 0,
     .nccl_lib = NULL,
     .require_gpu = 0,
     .timeout = 300.0,
@@ -191,6 +194,11 @@ static void usage(FILE *f) {
           "                         and the ratio NCCL time / symmcomm time (> 1: symmcomm is faster)\n"
           "      --nccl-inplace     with --vs-nccl: time and check NCCL in place instead (the ratio then\n"
           "                         compares the in-place times)\n"
+          "      --nccl-window      with --vs-nccl: a second NCCL column, 'NCCL window', on buffers from\n"
+          "                         ncclMemAlloc registered with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)\n"
+          "                         on the same communicator (NCCL's symmetric kernels; nccl-tests' -R 2),\n"
+          "                         timed and checked like the first (in place too with --nccl-inplace), with\n"
+          "                         its own busbw and ratio window time / symmcomm time; needs NCCL 2.27+\n"
           "      --nccl-lib PATH    the NCCL library to load (default libnccl.so.2); with shared GPUs\n"
           "                         (SYMM_TEST_SHARED_DEVICES=1) --vs-nccl needs one that accepts them: symmcomm's\n"
           "                         libnccl.so.2 stand-in with SYMM_NCCL_MODE=symm (a smoke test of the NCCL columns)\n"
@@ -300,6 +308,7 @@ static void parse_colls(const char *arg) {
 enum {
   OPT_VS_NCCL = 1000,
   OPT_NCCL_INPLACE,
+  OPT_NCCL_WINDOW,
   OPT_NCCL_LIB,
   OPT_REQUIRE_GPU,
   OPT_TIMEOUT,
@@ -340,6 +349,7 @@ static void parse_args(int argc, char **argv) {
       {"vs-nccl", no_argument, NULL, OPT_VS_NCCL},
       {"nccl-lib", required_argument, NULL, OPT_NCCL_LIB},
       {"nccl-inplace", no_argument, NULL, OPT_NCCL_INPLACE},
+      {"nccl-window", no_argument, NULL, OPT_NCCL_WINDOW},
       {"require-gpu", no_argument, NULL, OPT_REQUIRE_GPU},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"target-ms", required_argument, NULL, OPT_TARGET_MS},
@@ -398,6 +408,7 @@ static void parse_args(int argc, char **argv) {
       case OPT_VS_NCCL: O.vs_nccl = 1; break;
       case OPT_NCCL_LIB: O.nccl_lib = optarg; break;
       case OPT_NCCL_INPLACE: O.nccl_inplace = O.vs_nccl = 1; break;
+      case OPT_NCCL_WINDOW: O.nccl_window = 1; break;
       case OPT_REQUIRE_GPU: O.require_gpu = 1; break;
       case OPT_TIMEOUT: O.timeout = parse_double(optarg, "--timeout", 1, 86400); break;
       case OPT_TARGET_MS: O.target_ms = parse_double(optarg, "--target-ms", 0.01, 1e6); break;
@@ -421,6 +432,8 @@ static void parse_args(int argc, char **argv) {
   if (!O.type) O.type = bd_type_by_name("bf16");
   if (O.minb == 0) usage_error("-b must be at least 1 byte");
   if (O.minb > O.maxb) usage_error("-b (%zu) is larger than -e (%zu)", O.minb, O.maxb);
+  if (O.nccl_window && !O.vs_nccl)
+    usage_error("--nccl-window adds a second NCCL column beside the ordinary one: it needs --vs-nccl");
 }
 
 /* ---- the ranks of this process (the harness's world, plus the benchmark's state) ---- */
@@ -432,6 +445,8 @@ struct rank_state {
   CUdeviceptr sbuf, rbuf;   /* the chosen buffer class */
   void *sreg, *rreg;        /* registrations (registered class) */
   CUdeviceptr nsbuf, nrbuf; /* NCCL's (the same as sbuf/rbuf unless symmetric) */
+  CUdeviceptr wsbuf, wrbuf; /* NCCL's window column (--nccl-window): from ncclMemAlloc */
+  bn_window swin, rwin;     /* their windows on ncomm */
   uint8_t *host;            /* pinned staging for reading results back */
   size_t host_bytes;
   CUgraph graph;
@@ -451,6 +466,7 @@ struct world {
   size_t buf_bytes;
   size_t sizes[MAX_SIZES];
   int nsizes;
+  uint64_t nccl_windows_declined; /* NULL windows from ncclCommWindowRegister, all ranks */
 };
 
 static struct world W;
@@ -604,6 +620,7 @@ static void init_nccl(void) {
   char reason[512];
   tw_phase("loading NCCL");
   if (bn_load(O.nccl_lib, reason, sizeof reason) != 0) die(NULL, "--vs-nccl: %s", reason);
+  if (O.nccl_window && bn_window_check(reason, sizeof reason) != 0) die(NULL, "--nccl-window: %s", reason);
   tw_phase("NCCL communicator init");
   if (!O.initall) {
     struct rank_state *r = &W.r[0];
@@ -626,6 +643,58 @@ static void init_nccl(void) {
     NCCL(NULL, bn.CommInitAll(comms, W.nlocal, devs));
     for (int i = 0; i < W.nlocal; i++) W.r[i].ncomm = comms[i];
   }
+}
+
+/* --nccl-window: a second pair of NCCL buffers, allocated with ncclMemAlloc
+ * and registered as windows (NCCL_WIN_COLL_SYMMETRIC) on the same NCCL
+ * communicator as the ordinary column. Same communicator: NCCL picks its
+ * symmetric kernels per call, only when both buffers lie in such windows, so
+ * the ordinary column's cuMemAlloc buffers keep NCCL's usual path on it; it
+ * is how nccl-tests -R 2 and PyTorch's NCCL memory pool use windows; and a
+ * second communicator would add its own buffers, channels and proxy thread
+ * to every GPU. ncclMemAlloc rounds each buffer up to the allocation
+ * granularity itself; the windows cover the `bytes` asked for, the same on
+ * every rank, as registration requires. */
+static void alloc_nccl_windows(size_t bytes) {
+  tw_phase("allocating and registering NCCL's window buffers");
+  for (int i = 0; i < W.nlocal; i++) {
+    struct rank_state *r = &W.r[i];
+    void *s = NULL, *d = NULL;
+    use_ctx(r); /* ncclMemAlloc allocates on the current device */
+    NCCL(r, bn.MemAlloc(&s, bytes));
+    NCCL(r, bn.MemAlloc(&d, bytes));
+    r->wsbuf = (CUdeviceptr)(uintptr_t)s;
+    r->wrbuf = (CUdeviceptr)(uintptr_t)d;
+  }
+  /* Collective: every rank registers its buffers in the same order. One
+   * thread driving several communicators (initall) groups the calls, as it
+   * does the collectives; NCCL then writes the windows at ncclGroupEnd. */
+  const int grouped = W.nlocal > 1;
+  if (grouped) NCCL(NULL, bn.GroupStart());
+  for (int i = 0; i < W.nlocal; i++) {
+    struct rank_state *r = &W.r[i];
+    use_ctx(r);
+    NCCL(r, bn.CommWindowRegister(r->ncomm, (void *)(uintptr_t)r->wsbuf, bytes, &r->swin, BN_WIN_COLL_SYMMETRIC));
+    NCCL(r, bn.CommWindowRegister(r->ncomm, (void *)(uintptr_t)r->wrbuf, bytes, &r->rwin, BN_WIN_COLL_SYMMETRIC));
+  }
+  if (grouped) NCCL(NULL, bn.GroupEnd());
+  uint64_t declined[MAX_RANKS];
+  for (int i = 0; i < W.nlocal; i++) declined[i] = (uint64_t)(W.r[i].swin == NULL) + (W.r[i].rwin == NULL);
+  W.nccl_windows_declined = world_sum(declined); /* for the header (bn_note_declined_windows) */
+}
+
+/* Before ncclCommDestroy: the windows, grouped as they were registered. */
+static void deregister_nccl_windows(void) {
+  const int grouped = W.nlocal > 1;
+  if (grouped) NCCL(NULL, bn.GroupStart());
+  for (int i = 0; i < W.nlocal; i++) {
+    struct rank_state *r = &W.r[i];
+    use_ctx(r);
+    if (r->swin) NCCL(r, bn.CommWindowDeregister(r->ncomm, r->swin));
+    if (r->rwin) NCCL(r, bn.CommWindowDeregister(r->ncomm, r->rwin));
+    r->swin = r->rwin = NULL;
+  }
+  if (grouped) NCCL(NULL, bn.GroupEnd());
 }
 
 static void alloc_buffers(void) {
@@ -673,6 +742,7 @@ static void alloc_buffers(void) {
       r->nrbuf = r->rbuf;
     }
   }
+  if (O.nccl_window) alloc_nccl_windows(bytes);
 }
 
 static void teardown(void) {
@@ -698,6 +768,7 @@ static void teardown(void) {
       CU(r, tu_cu.cuMemFree(r->rbuf));
     }
   }
+  if (O.nccl_window) deregister_nccl_windows();
   for (int i = 0; i < W.nlocal; i++) {
     struct rank_state *r = &W.r[i];
     if (r->ncomm) {
@@ -709,6 +780,9 @@ static void teardown(void) {
       CU(r, tu_cu.cuMemFree(r->nsbuf));
       CU(r, tu_cu.cuMemFree(r->nrbuf));
     }
+    if (r->wsbuf) NCCL(r, bn.MemFree((void *)(uintptr_t)r->wsbuf));
+    if (r->wrbuf) NCCL(r, bn.MemFree((void *)(uintptr_t)r->wrbuf));
+    r->wsbuf = r->wrbuf = 0;
   }
   tw_destroy_comms(W.tw);
   for (int i = 0; i < W.nlocal; i++) {
@@ -766,7 +840,9 @@ struct ptrs {
 static void column_ptrs(enum coll c, enum impl impl, int inplace, const struct rank_state *r, const struct layout *L,
                         struct ptrs *p) {
   const size_t es = O.type->size;
-  const CUdeviceptr sbuf = impl == IMPL_NCCL ? r->nsbuf : r->sbuf, rbuf = impl == IMPL_NCCL ? r->nrbuf : r->rbuf;
+  CUdeviceptr sbuf = r->sbuf, rbuf = r->rbuf;
+  if (impl == IMPL_NCCL) sbuf = r->nsbuf, rbuf = r->nrbuf;
+  if (impl == IMPL_NCCL_WINDOW) sbuf = r->wsbuf, rbuf = r->wrbuf;
   if (!inplace) {
     p->s = sbuf;
     p->r = rbuf;
@@ -859,6 +935,7 @@ static void enqueue_nccl(enum coll c, const struct layout *L, const struct ptrs 
   if (grouped) NCCL(W.nlocal == 1 ? &W.r[0] : NULL, bn.GroupEnd());
 }
 
+/* Both NCCL columns make the same calls: their buffers (p) differ. */
 static void enqueue_round(enum coll c, enum impl impl, const struct layout *L, const struct ptrs *p) {
   if (impl == IMPL_SYMM)
     enqueue_symm(c, L, p);
@@ -1055,12 +1132,13 @@ static int checkable(enum coll c, int inplace) {
   return O.check && !(c == C_SENDRECV && inplace);
 }
 
-/* Whether this column uses CUDA graphs. Not NCCL in initall mode: there,
- * capturing NCCL's grouped calls over several communicators from one thread
- * stalled inside NCCL (2.28, a few hundred calls into a capture), so NCCL
- * is timed with eager launches (the header says so). */
+/* Whether this column uses CUDA graphs. Not NCCL (either column) in
+ * initall mode: there, capturing NCCL's grouped calls over several
+ * communicators from one thread stalled inside NCCL (2.28, a few hundred
+ * calls into a capture), so NCCL is timed with eager launches (the header
+ * says so). */
 static int graph_for(enum impl impl) {
-  return O.graph && !(impl == IMPL_NCCL && W.nlocal > 1);
+  return O.graph && !(impl != IMPL_SYMM && W.nlocal > 1);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -1073,7 +1151,8 @@ static void run_column(enum coll c, enum impl impl, int inplace, const struct la
   const int graph = graph_for(impl);
   struct ptrs p[MAX_RANKS];
   char label[128];
-  snprintf(label, sizeof label, "%s%s %s, %zu B", impl == IMPL_NCCL ? "NCCL " : "", coll_names[c],
+  static const char *const impl_prefix[] = {"", "NCCL ", "NCCL window "};
+  snprintf(label, sizeof label, "%s%s %s, %zu B", impl_prefix[impl], coll_names[c],
            inplace ? "in-place" : "out-of-place", L->size);
   for (int i = 0; i < W.nlocal; i++) column_ptrs(c, impl, inplace, &W.r[i], L, &p[i]);
   double ms[MAX_RANKS];
@@ -1178,22 +1257,25 @@ static void centered(const char *s, int width) {
 }
 
 /* Widths: size 12, count 12, type 8, redop 6, root 6; per placement: time
- * 8, algbw 7, busbw 7, #wrong 6; NCCL: time 8, busbw 7, ratio 9; two
- * spaces between fields. */
+ * 8, algbw 7, busbw 7, #wrong 6; NCCL, then NCCL window (--nccl-window):
+ * time 8, busbw 7, ratio 9; two spaces between fields. */
 static void print_table_header(enum coll c) {
   printf("#\n# %s\n", coll_names[c]);
   printf("#%51s", "");
   centered("out-of-place", 36);
   centered("in-place", 36);
   if (O.vs_nccl) centered(O.nccl_inplace ? "NCCL (in-place)" : "NCCL (out-of-place)", 30);
+  if (O.nccl_window) centered(O.nccl_inplace ? "NCCL window (in-place)" : "NCCL window (out-of-place)", 30);
   printf("\n");
   printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
   for (int k = 0; k < 2; k++) printf("  %8s  %7s  %7s  %6s", "time", "algbw", "busbw", "#wrong");
   if (O.vs_nccl) printf("  %8s  %7s  %9s", "time", "busbw", "nccl/symm");
+  if (O.nccl_window) printf("  %8s  %7s  %9s", "time", "busbw", "win/symm");
   printf("\n");
   printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
   for (int k = 0; k < 2; k++) printf("  %8s  %7s  %7s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
   if (O.vs_nccl) printf("  %8s  %7s  %9s", "(us)", "(GB/s)", "(time)");
+  if (O.nccl_window) printf("  %8s  %7s  %9s", "(us)", "(GB/s)", "(time)");
   printf("\n");
   fflush(stdout);
 }
@@ -1203,13 +1285,18 @@ struct totals {
   int busbw_n;
   double nccl_busbw_sum, ratio_log_sum;
   int nccl_n;
+  /* The window column: its busbw, log(window / symm), log(min(NCCL,
+   * window) / symm). */
+  double window_busbw_sum, window_ratio_log_sum, best_ratio_log_sum;
+  int window_n;
   uint64_t wrong;
-  uint64_t nccl_wrong;
+  uint64_t nccl_wrong, window_wrong;
   int rows;
 };
 
+/* nc: NCCL's column, nw: its window column (NULL where not run). */
 static void print_row(enum coll c, const struct layout *L, const struct column *oop, const struct column *ip,
-                      const struct column *nc, struct totals *t) {
+                      const struct column *nc, const struct column *nw, struct totals *t) {
   const size_t es = O.type->size;
   const char *redop = coll_reduces(c) ? bd_op_name(O.op) : "none";
   const int root = coll_rooted(c) ? O.root : -1;
@@ -1238,18 +1325,36 @@ static void print_row(enum coll c, const struct layout *L, const struct column *
     t->nccl_n++;
     t->nccl_wrong += nc->wrong;
   }
+  if (nw) {
+    char tb[32];
+    const double symm_us = O.nccl_inplace ? ip->us : oop->us;
+    const double busbw = (double)L->size / nw->us / 1e3 * L->bus, ratio = nw->us / symm_us;
+    const double best_nccl_us = nc && nc->us < nw->us ? nc->us : nw->us;
+    fmt_time(nw->us, tb, sizeof tb);
+    printf("  %8s  %7.2f  %9.2f", tb, busbw, ratio);
+    t->window_busbw_sum += busbw;
+    t->window_ratio_log_sum += log(ratio);
+    t->best_ratio_log_sum += log(best_nccl_us / symm_us);
+    t->window_n++;
+    t->window_wrong += nw->wrong;
+  }
   printf("\n");
   /* The runs' spread (min / max per call), for the row just printed. */
   if (oop->runs > 1) {
     printf("#  runs: %d of %ld calls; out-of-place %.2f-%.2f us, in-place %.2f-%.2f us", oop->runs, oop->iters,
            oop->us_min, oop->us_max, ip->us_min, ip->us_max);
     if (nc) printf(", NCCL %.2f-%.2f us", nc->us_min, nc->us_max);
+    if (nw) printf(", NCCL window %.2f-%.2f us", nw->us_min, nw->us_max);
     printf("\n");
   }
   if (nc && nc->wrong)
     printf("# note: NCCL's result differs from the exact expectation in %" PRIu64
            " element(s) at this size (not counted as a symmcomm failure)\n",
            nc->wrong);
+  if (nw && nw->wrong)
+    printf("# note: NCCL window's result differs from the exact expectation in %" PRIu64
+           " element(s) at this size (not counted as a symmcomm failure)\n",
+           nw->wrong);
   t->rows++;
   fflush(stdout);
 }
@@ -1333,7 +1438,7 @@ static void run_collective(enum coll c, struct totals *all) {
   tw_phase("%s: making the data patterns", coll_names[c]);
   if (bd_pattern_make(&pat, O.type, coll_reduces(c), O.op, W.nranks, BD_PERIOD, coll_seed(c), err, sizeof err) != 0)
     die(NULL, "%s", err);
-  static struct column nccl_cols[MAX_SIZES];
+  static struct column nccl_cols[MAX_SIZES], nccl_window_cols[MAX_SIZES];
   /* This collective's list (--algos-for), else --algos, else none. */
   char(*algos)[64] = O.coll_nalgos[c] ? O.coll_algos[c] : O.algos;
   const int listed = O.coll_nalgos[c] ? O.coll_nalgos[c] : O.nalgos;
@@ -1359,8 +1464,9 @@ static void run_collective(enum coll c, struct totals *all) {
       capture_timeline();
       run_column(c, IMPL_SYMM, 1, &L, &pat, &ip);
       if (O.vs_nccl && ai == 0) run_column(c, IMPL_NCCL, O.nccl_inplace, &L, &pat, &nccl_cols[s]);
+      if (O.nccl_window && ai == 0) run_column(c, IMPL_NCCL_WINDOW, O.nccl_inplace, &L, &pat, &nccl_window_cols[s]);
       if (leader()) {
-        print_row(c, &L, &oop, &ip, O.vs_nccl ? &nccl_cols[s] : NULL, &t);
+        print_row(c, &L, &oop, &ip, O.vs_nccl ? &nccl_cols[s] : NULL, O.nccl_window ? &nccl_window_cols[s] : NULL, &t);
         if (g_timeline[0]) fputs(g_timeline, stdout);
       }
     }
@@ -1372,11 +1478,17 @@ static void run_collective(enum coll c, struct totals *all) {
       if (O.vs_nccl && t.nccl_n)
         printf("# NCCL avg bus bandwidth: %g; geometric mean of nccl/symm time: %.3f\n", t.nccl_busbw_sum / t.nccl_n,
                exp(t.ratio_log_sum / t.nccl_n));
+      if (O.nccl_window && t.window_n)
+        printf("# NCCL (window) avg bus bandwidth: %g; geometric mean of win/symm time: %.3f; of best-NCCL/symm time: "
+               "%.3f\n",
+               t.window_busbw_sum / t.window_n, exp(t.window_ratio_log_sum / t.window_n),
+               exp(t.best_ratio_log_sum / t.window_n));
       fflush(stdout);
     }
     all->rows += t.rows;
     all->wrong += t.wrong;
     if (ai == 0) all->nccl_wrong += t.nccl_wrong;
+    if (ai == 0) all->window_wrong += t.window_wrong;
   }
   if (listed) set_algo(NULL);
   bd_pattern_free(&pat);
@@ -1434,6 +1546,12 @@ static void print_header(void) {
     printf("# NCCL: %s on %s, same streams; NCCL_NVLS_ENABLE=%s\n", O.nccl_inplace ? "in place" : "out of place",
            O.buffers == BUF_SYMMETRIC ? "its own cuMemAlloc buffers" : "the same cuMemAlloc buffers",
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)");
+  if (O.nccl_window)
+    printf("# NCCL (window): %s on ncclMemAlloc buffers registered with "
+           "ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) on the same communicator (NCCL's symmetric kernels where "
+           "it has them)\n",
+           O.nccl_inplace ? "in place" : "out of place");
+  if (O.nccl_window) bn_note_declined_windows(W.nccl_windows_declined, 2 * (uint64_t)W.nranks);
   if (O.vs_nccl && O.nccl_lib) printf("# NCCL library: %s\n", O.nccl_lib);
   char a[32], b[32];
   human(O.minb, a, sizeof a);
@@ -1501,6 +1619,8 @@ static int bench_body(struct tw *tw) {
     else
       printf("# %d row(s), %" PRIu64 " wrong element(s): FAILED\n", all.rows, all.wrong);
     if (all.nccl_wrong) printf("# NCCL differed from the expectation in %" PRIu64 " element(s)\n", all.nccl_wrong);
+    if (all.window_wrong)
+      printf("# NCCL window differed from the expectation in %" PRIu64 " element(s)\n", all.window_wrong);
     fflush(stdout);
   }
   host_barrier("all collectives done");
