@@ -5,7 +5,9 @@ Samples: docs/perf/sweep-2xH200-2026-11-22.txt is a real capture of
 symm_bench (two H200s, NCCL in the same run); python/tests/data/ holds
 outputs formatted exactly as symm_bench (--algos-for, SYMM_TIMELINE=1),
 fused_bench and device_bench print them and the JSON the PyTorch
-benchmarks write, with made-up numbers; eager_bench.txt and
+benchmarks write, with made-up numbers; *_window.txt are symm_bench,
+device_bench and eager_bench with NCCL's window column (--vs-nccl
+--nccl-window), made up in the same way; eager_bench.txt and
 eager_loop_{nccl,symm}.json are real captures (4 x H200, 2026-11-26, the
 library before the two-rank eager stall was fixed; eager_bench.txt with the
 per-rank GPU lines it prints since added).
@@ -123,6 +125,87 @@ def test_without_nccl_the_ratio_is_to_the_first_algorithm(tmp_path):
     assert "| size | `classic` (µs) | classic / `classic` | `auto` (µs) | classic / `auto` |" in ab
     assert "| 1 GiB | 4400.0 | 1.00 | 3600.0 | 1.22 | 3150.0 | 1.40 | `twoshot+push` |" in ab
     assert "Rows below" not in md
+
+
+def test_nccl_window_column_beside_nccl():
+    """symm_bench --nccl-window: NCCL's window-registered column beside its
+    ordinary one, and every ratio of the A/B table to the faster of the two."""
+    text = (DATA / "symm_bench_window.txt").read_text()
+    runs = pt.parse_symm_bench(text)
+    assert len(runs) == 1 and runs[0].nccl_window and runs[0].status == "12 row(s), 0 wrong elements: OK"
+    first = runs[0].tables[0].rows[0]
+    assert (first["nccl_us"], first["win_us"], first["win_busbw"], first["win_ratio"]) == (9.0, 6.0, 10.92, 0.75)
+    assert first["spreads"][3] == (5.94, 6.06)  # the window's runs
+    md = pt.render([str(DATA / "symm_bench_window.txt")], full=True)
+    ab = section(md, "#### All-reduce, 2 ranks, eager, staged buffers")
+    assert "NCCL 2.28.3 with its window column (`--nccl-window`" in ab
+    head = next(line for line in ab.splitlines() if line.startswith("| size"))
+    assert head == ("| size | NCCL (µs) | NCCL win (µs) | `classic` (µs) | best NCCL / `classic` | `auto` (µs) | "
+                    "best NCCL / `auto` | best |")
+    # The window is faster at 64 KiB and 8 MiB, NCCL's ordinary column at 1 GiB.
+    assert "| 64 KiB | 9.00 | 6.00 | 8.00 | 0.75 | 6.50 | 0.92 | `auto` |" in ab
+    assert "| 8 MiB | 60.00 | 58.00 | 70.00 | 0.83 | 52.00 | 1.12 | `auto` |" in ab
+    assert "| 1 GiB | 3300.0 | 3400.0 | 4400.0 | 0.75 | 3150.0 | 1.05 | `auto` |" in ab
+    ag = section(md, "#### All-gather, 2 ranks, eager, staged buffers")
+    assert "| 64 KiB | 7.00 | 5.50 | 6.00 | 0.92 | 5.00 | 1.10 | `auto` |" in ag
+    below = section(md, "#### Rows below 1.0× NCCL")
+    assert "| table | algorithm | size | best NCCL / symmcomm |" in below
+    # Below the window only (9.00 / 6.50 = 1.38 against NCCL's ordinary column).
+    assert "| All-reduce, 2 ranks, eager, staged buffers | `auto` | 64 KiB | 0.92 |" in below
+    full = section(md, "##### All-reduce, 2 ranks, eager, staged buffers: `classic`")
+    assert ("| size | symmcomm (µs) | busbw (GB/s) | in place (µs) | #wrong | NCCL (µs) | NCCL busbw | NCCL / symmcomm | "
+            "NCCL win (µs) | NCCL win busbw | NCCL win / symmcomm | best NCCL / symmcomm |") in full
+    assert "| 64 KiB | 8.00 | 8.19 | 8.08 | 0 | 9.00 | 7.28 | 1.12 | 6.00 | 10.92 | 0.75 | 0.75 |" in full
+    assert "| 1 GiB | 4400.0 | 244.03 | 4444.0 | 0 | 3300.0 | 325.38 | 0.75 | 3400.0 | 315.81 | 0.77 | 0.75 |" in full
+    assert "WRONG" not in md and "Unsteady" not in md and "cut off" not in md
+    # Without the window nothing changes: the plain NCCL header and ratios.
+    plain = pt.render([str(DATA / "symm_bench_algos.txt")])
+    assert "NCCL win" not in plain and "best NCCL" not in plain
+
+
+def test_nccl_window_spread_is_its_own_column(tmp_path):
+    lines = (DATA / "symm_bench_window.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("#  runs: "))
+    lines[at] = lines[at].replace("NCCL window 5.94-6.06 us", "NCCL window 5.94-19.00 us")
+    (tmp_path / "spread.log").write_text("\n".join(lines) + "\n")
+    u = section(pt.render([str(tmp_path / "spread.log")]), "#### Unsteady rows")
+    rows = [line for line in u.splitlines() if line.startswith("| ") and "64 KiB" in line]
+    assert rows == ["| All-reduce, 2 ranks, eager, staged buffers | `classic` | 64 KiB | NCCL window | 5.94 | 19.00 |"], u
+
+
+def test_declined_windows_are_flagged(tmp_path):
+    """NCCL may hand out NULL windows (no cuMem, no peer mappings): the
+    benchmarks say so in their header and the tables' captions repeat it."""
+    note = ("# note: NCCL declined 2 of 4 window registrations (ncclCommWindowRegister gave a NULL window): "
+            "the NCCL window column times NCCL's ordinary path there")
+    flagged = ("**NCCL declined 2 of 4 window registrations (ncclCommWindowRegister gave a NULL window): "
+               "the NCCL window column times NCCL's ordinary path there.**")
+    for name, after in (("symm_bench_window.txt", "# NCCL (window): "), ("device_bench_window.txt", "# graph: ")):
+        lines = (DATA / name).read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(after))
+        lines.insert(at + 1, note)
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        md = pt.render([str(tmp_path / name)])
+        assert flagged in md, md
+        assert "share" not in md.lower() and "FAILED" not in md
+    assert "declined" not in pt.render([str(DATA / "symm_bench_window.txt"), str(DATA / "device_bench_window.txt")])
+
+
+def test_nccl_window_in_device_and_eager_tables():
+    md = pt.render([str(DATA / "device_bench_window.txt")])
+    one = section(md, "#### Device API: one-shot all-reduce")
+    assert ("| size (B) | example (µs) | symmAllReduce (µs) | NCCL (µs) | NCCL window (µs) | symmAllReduce / example | "
+            "NCCL / example | NCCL window / example | #wrong |") in one
+    assert "| 32 KiB | 4.40 | 3.30 | 6.90 | 5.20 | 0.75 | 1.57 | 1.18 | 0 |" in one
+    rms = section(md, "#### Device API: all-reduce + residual add + RMSNorm")
+    assert "| 32 KiB | 4 | 4096 | 5.00 | 6.40 | 9.90 | 8.20 | 1.28 | 1.98 | 1.64 | 0 |" in rms
+    md = pt.render([str(DATA / "eager_bench_window.txt")])
+    c = section(md, "#### C API: eager all-reduce loop")
+    assert "| NCCL / this (median wall, same buffer use) | best NCCL / this (the faster of nccl and nccl-win" in c
+    assert "| nccl-same | 10.4/10.5/11.7 | 10.3/10.4/10.9 | 37.7/63.3/1523.1 | 1.00 | - | 0 |" in c
+    assert "| nccl-win-rotating | 8.1/8.2/8.6 | 7.2/7.3/7.7 | 26.3/31.0/44.4 | 1.28 | 1.00 | 0 |" in c
+    assert "| symm-same | 5.9/6.0/6.0 | 4.6/4.6/4.8 | 26.0/28.1/33.7 | 1.75 | 1.33 | 0 |" in c
+    assert "cut off" not in md and "FAILED" not in md
 
 
 def test_device_api_tables():
@@ -263,6 +346,14 @@ def test_device_measure_dry_run(tmp_path, args):
         assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
     else:
         assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
+    # NCCL's window column beside its ordinary one wherever a benchmark has
+    # it (smoke runs too: the stand-in serves the window calls); fused_bench
+    # has none, and the timeline runs have no NCCL at all.
+    logs = tmp_path / "symmcomm-measure-logs" / "measure"
+    for name in names:
+        command = (logs / f"{name}.log").read_text().splitlines()[0]
+        has_window = "--nccl-window" in command
+        assert has_window == name.startswith(("sweep_", "device_", "eager_c_")), command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
 
