@@ -8,8 +8,8 @@
 //! floats.
 
 use super::{
-    even_rounds, opt_in_dtype, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, FAMILY_ALLREDUCE_PIPE,
-    FAMILY_ALLREDUCE_PUSH, TWO_RANK_PUSH_MIN_BYTES, TWO_SHOT_MIN_BYTES,
+    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, FAMILY_ALLREDUCE_PIPE,
+    FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
 use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
@@ -31,10 +31,10 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let in_place = call.send == call.recv;
     // The opt-in kernels exist for 16- and 32-bit floats (opt_in_dtype).
     let opt_in = opt_in_dtype(call.dtype);
-    // The measured two-rank default (mod.rs), in place only: there the
-    // output's class is the input's, which every rank must match anyway,
+    // The measured default at 2 and 4 ranks (mod.rs), in place only: there
+    // the output's class is the input's, which every rank must match anyway,
     // so ranks cannot pick different kernels over their recvbuffs' classes.
-    let default_push = call.defaulted && n == 2 && in_place && bytes >= TWO_RANK_PUSH_MIN_BYTES;
+    let default_push = push_by_default(call.defaulted, n, in_place, bytes);
     if (two_shot && algo.push || default_push) && opt_in {
         // Safe in place too: rank j reads and writes element i of every
         // rank only in slice j (kernels/allreduce_push.cu).

@@ -214,12 +214,27 @@ fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     }
 }
 
-/// From this size a two-rank all-reduce in place in a symmetric/registered
-/// buffer runs the two-shot push kernel by default (out of place the
-/// ranks' recvbuff classes could differ, and with them the kernel):
-/// 1.02-1.60x NCCL from 1 MiB to 1 GiB on 2 x H200 against 0.88-1.21x for
-/// the one-shot (docs/PERFORMANCE.md).
-pub(crate) const TWO_RANK_PUSH_MIN_BYTES: u64 = 1 << 20;
+/// From this size an all-reduce in place in a symmetric/registered buffer
+/// runs the two-shot push kernel by default at the rank counts of
+/// [`PUSH_DEFAULT_RANKS`] (out of place the ranks' recvbuff classes could
+/// differ, and with them the kernel): on 2 x H200 1.02-1.60x NCCL from
+/// 1 MiB to 1 GiB against 0.88-1.21x for the one-shot; on 4 x H100
+/// (2026-11-27, in place, bf16) 20.2 against 27.4 us at 1 MiB and 5.01
+/// against 5.67 ms at 1 GiB for `auto`'s two-shot, faster at every size
+/// from 1 MiB, slower at 256 KiB, where LL packets serve it
+/// (docs/PERFORMANCE.md).
+pub(crate) const PUSH_DEFAULT_MIN_BYTES: u64 = 1 << 20;
+
+/// The rank counts where the push default was measured; 3 and 5-8 ranks
+/// keep the two-shot loops until a sweep there says otherwise.
+const PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
+
+/// Whether `auto` runs the two-shot push kernel for this all-reduce (the
+/// kernel still needs both buffers symmetric or registered, and a 16- or
+/// 32-bit float: the caller checks those).
+pub(crate) fn push_by_default(defaulted: bool, nranks: usize, in_place: bool, bytes: u64) -> bool {
+    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && in_place && bytes >= PUSH_DEFAULT_MIN_BYTES
+}
 
 /// Data bytes one LL slot holds (one rank's contribution to one call).
 pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
@@ -812,6 +827,17 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), (512 << 10) / 3, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
+    }
+
+    #[test]
+    fn push_default_in_place_from_1_mib_at_measured_rank_counts() {
+        assert!(push_by_default(true, 2, true, 1 << 20));
+        assert!(push_by_default(true, 4, true, 1 << 30), "measured on 4 GPUs");
+        assert!(!push_by_default(true, 4, true, (1 << 20) - 2), "below 1 MiB: LL or two-shot");
+        assert!(!push_by_default(true, 4, false, 1 << 20), "out of place: recvbuff classes may differ");
+        assert!(!push_by_default(true, 3, true, 1 << 20), "not measured at 3 ranks");
+        assert!(!push_by_default(true, 8, true, 1 << 20), "not measured at 8 ranks");
+        assert!(!push_by_default(false, 4, true, 1 << 20), "SYMM_ALGO chose");
     }
 
     #[test]
