@@ -829,8 +829,9 @@ int tw_run(const struct tw_spec *spec, enum tw_mode mode, int nranks) {
     long want = env_long("SYMM_TEST_NRANKS");
     nranks = want ? (int)want : ngpus < 2 ? 2 : ngpus > TW_MAX_RANKS ? TW_MAX_RANKS : ngpus;
   }
-  REQUIRE(nranks >= (mode == TW_ONE ? 1 : 2) && nranks <= TW_MAX_RANKS, "%s %s: %d ranks (2 to %d)", spec->name, m,
-          nranks, TW_MAX_RANKS);
+  const int min_ranks = mode == TW_ONE || (mode == TW_MP && spec->mp_one_rank) ? 1 : 2;
+  REQUIRE(nranks >= min_ranks && nranks <= TW_MAX_RANKS, "%s %s: %d ranks (%d to %d)", spec->name, m, nranks,
+          min_ranks, TW_MAX_RANKS);
   if (spec->min_gpus && ngpus < spec->min_gpus)
     tu_skip("%s %s needs %d CUDA devices; %d visible", spec->name, m, spec->min_gpus, ngpus);
   if (nranks > ngpus && !tw_shared_devices_allowed())
@@ -915,8 +916,9 @@ int tw_main(const struct tw_spec *spec, int argc, char **argv) {
               argv[i] + 9, TW_MAX_RANKS);
       nranks = (int)v;
     } else {
-      REQUIRE(spec->option && spec->option(argv[i], spec->ctx) == 0, "unknown option %s (usage: %s <%s> [--nranks=N] %s)",
-              argv[i], argv[0], spec->modes, usage_opts);
+      /* The driver may have said what is wrong with a value it knows. */
+      REQUIRE(spec->option && spec->option(argv[i], spec->ctx) == 0, "unknown option or bad value: %s (usage: %s <%s> "
+              "[--nranks=N] %s)", argv[i], argv[0], spec->modes, usage_opts);
     }
   }
   return tw_run(spec, mode, nranks);

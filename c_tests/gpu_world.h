@@ -16,6 +16,9 @@
  *
  * Rank count: --nranks=N on the command line, else SYMM_TEST_NRANKS, else
  * every visible GPU (at least 2, at most 8). Rank r uses device r % ngpus.
+ * Modes mp and all need 2 ranks or more, except mp for a driver whose spec
+ * sets mp_one_rank (--nranks=1: one process, one rank, as a benchmark of the
+ * host's cost per call runs on one GPU).
  * More ranks than GPUs need SYMM_TEST_SHARED_DEVICES=1 (the library's
  * test-only mode that lets ranks share a GPU); without it the driver skips
  * (exit 77) and says why. With no GPU it prints "skipped: no CUDA device
@@ -118,6 +121,8 @@ struct tw_spec {
   int kernels;        /* load the test kernels (tk_*) and a scratch buffer on every rank */
   int quiet;          /* no harness messages on success (the benchmark's output is a table) */
   int min_gpus;       /* skip below this many GPUs even with shared devices (0: none) */
+  int mp_one_rank;    /* mode mp also at --nranks=1 (one process, one rank on GPU 0: a
+                       * benchmark's host-cost figures on one GPU); else mp needs 2 */
   int library_timeouts; /* leave SYMM_TIMEOUT / SYMM_BOOTSTRAP_TIMEOUT unset (the library's defaults) */
   size_t user_bytes;  /* size of tw->user */
   /* A driver option (an argument after the mode other than --nranks=N):
