@@ -5,8 +5,8 @@ per call on the host and end to end. Run it under torchrun once as is
 (in each SYMM_NCCL_MODE), then compare:
 
     torchrun --standalone --nproc-per-node=N tests/torch/eager_loop_bench.py run OUT.json \
-        [--runs 5] [--calls 2000] [--steps 500] [--bytes 256K] [--tokens 16] [--hidden 8192] \
-        [--ffn 4096] [--profile PREFIX]
+        [--runs 5] [--calls 2000] [--steps 500] [--bytes 256K | --bytes 8,4K,256K,4M] [--tokens 16] \
+        [--hidden 8192] [--ffn 4096] [--profile PREFIX]
     LD_PRELOAD=.../libsymmcomm_nccl.so torchrun ... eager_loop_bench.py run OUT2.json ...
     python3 tests/torch/eager_loop_bench.py table OUT.json OUT2.json [...]
 
@@ -16,7 +16,9 @@ shows as a spread between runs, so every figure is min / median / max over
 the runs, never one mean):
 
   allreduce  --calls x dist.all_reduce of one tensor of --bytes (bf16), in
-             place, the same tensor every call;
+             place, the same tensor every call; --bytes may list several
+             sizes (8,4K,256K,4M): one such loop per size, each on its own
+             tensor, all in the same process;
   step       --steps x an eager tensor-parallel MLP step: x[tokens x hidden]
              @ W1[hidden x ffn], GELU, @ W2[ffn x hidden], dist.all_reduce
              of the (new) output.
@@ -31,7 +33,8 @@ timing with dist.all_reduce). Outputs are checked: every all-reduce of the
 first loop adds the same tensor to itself (values stay exact: 2^k fits
 bf16), and the step's output is compared across runs.
 
---profile PREFIX: after the timed runs, 200 all-reduce calls and 100 steps
+--profile PREFIX: after the timed runs, 200 all-reduce calls (of the first
+size) and 100 steps
 under torch.profiler; each rank writes PREFIX.rank<R>.txt: per GPU kernel
 (name, device, count, median / max duration), the gaps between
 consecutive kernels on each device, and the host-side calls (launches,
@@ -40,9 +43,12 @@ event records/waits) with their median / max duration. What this finds
 waits) is what docs/PERFORMANCE.md cites.
 
 "run" writes OUT.json on rank 0 (kind "eager_loop"; "path" names what
-served the calls: nccl, or the stand-in and its mode); "table" prints the
-markdown table of several runs side by side with the ratio of each to the
-first. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+served the calls: nccl, or the stand-in and its mode; one size: "bytes" is
+that size and "runs" / "summary" have the loops "allreduce" and "step", as
+always; several sizes: "bytes" is their list and the all-reduce loops are
+"allreduce@<bytes>", one per size); "table" prints the markdown table of
+several runs side by side with the ratio of each to the first (per loop and
+size, where the first has it). NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 are forced: NVLink multicast is never used.
 """
 import argparse
@@ -61,6 +67,40 @@ def parse_bytes(s):
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     s = s.strip().upper().rstrip("B")
     return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
+
+
+def parse_sizes(s):
+    """--bytes: one size or a comma-separated list (8,4K,256K,4M), each a
+    positive even number of bytes (bf16 elements)."""
+    out = []
+    for part in s.split(","):
+        try:
+            n = parse_bytes(part)
+        except (ValueError, IndexError):
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a size (8, 4K, 256K, 4M)") from None
+        if n < 2 or n % 2:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: sizes must be positive even numbers of bytes "
+                                             "(bf16 elements)")
+        out.append(n)
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{s!r} lists a size twice")
+    return out
+
+
+def allreduce_loops(doc):
+    """[(loop key, bytes)] of a document's all-reduce loops: "allreduce" for
+    a run of one size (every document before the size lists), else
+    "allreduce@<bytes>" per size."""
+    if isinstance(doc["bytes"], list):
+        return [(f"allreduce@{b}", b) for b in doc["bytes"]]
+    return [("allreduce", doc["bytes"])]
+
+
+def human(n):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
 
 
 def path_name():
@@ -98,11 +138,12 @@ def run(a, argv):
     dist.init_process_group("nccl", device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    # Loop 1: one tensor, all-reduced in place. Zeros stay exact whatever
-    # the number of calls (ones would double each call and overflow); a
-    # nonzero value is checked once after the runs.
-    elems = a.bytes // 2
-    ar_buf = torch.zeros(elems, dtype=torch.bfloat16, device=dev)
+    # Loop 1: one tensor per size, all-reduced in place. Zeros stay exact
+    # whatever the number of calls (ones would double each call and
+    # overflow); a nonzero value is checked once after the runs.
+    sizes = a.bytes
+    ar_bufs = [torch.zeros(b // 2, dtype=torch.bfloat16, device=dev) for b in sizes]
+    loop_key = {b: ("allreduce" if len(sizes) == 1 else f"allreduce@{b}") for b in sizes}
 
     gen = torch.Generator(device=dev)
 
@@ -114,8 +155,13 @@ def run(a, argv):
     w1 = rand((a.hidden, a.ffn), 100 + rank, a.hidden ** -0.5)
     w2 = rand((a.ffn, a.hidden), 200 + rank, a.ffn ** -0.5)
 
-    def ar_call():
-        dist.all_reduce(ar_buf)
+    def ar_caller(buf):
+        def ar_call():
+            dist.all_reduce(buf)
+        return ar_call
+
+    ar_calls = [ar_caller(buf) for buf in ar_bufs]
+    ar_call = ar_calls[0]  # the profiled stretch's (the first size)
 
     def step_call():
         y = F.gelu(x @ w1, approximate="tanh") @ w2
@@ -149,27 +195,32 @@ def run(a, argv):
 
     # Warm-up: first calls pay lazy set-up (kernel loads, buffer checks).
     for _ in range(a.warmup):
-        ar_call()
+        for call in ar_calls:
+            call()
         step_call()
     torch.cuda.synchronize()
     reference = step_call().float().sum().item()
 
-    runs = {"allreduce": [], "step": []}
+    runs = {**{loop_key[b]: [] for b in sizes}, "step": []}
     for r in range(a.runs):
-        runs["allreduce"].append(slowest(timed(ar_call, a.calls)))
+        for b, call in zip(sizes, ar_calls):
+            runs[loop_key[b]].append(slowest(timed(call, a.calls)))
         runs["step"].append(slowest(timed(step_call, a.steps)))
         if rank == 0:
-            ar, st = runs["allreduce"][-1], runs["step"][-1]
-            print(f"[{path_name()} n{world}] run {r}: all_reduce {a.bytes} B: {ar['wall_us']:.1f} us/call wall, "
-                  f"{ar['cpu_us']:.1f} CPU, longest {ar['longest_us']:.0f}; step: {st['wall_us']:.1f} us wall, "
+            st = runs["step"][-1]
+            ars = "; ".join(f"all_reduce {b} B: {ar['wall_us']:.1f} us/call wall, {ar['cpu_us']:.1f} CPU, longest "
+                            f"{ar['longest_us']:.0f}" for b in sizes for ar in [runs[loop_key[b]][-1]])
+            print(f"[{path_name()} n{world}] run {r}: {ars}; step: {st['wall_us']:.1f} us wall, "
                   f"{st['cpu_us']:.1f} CPU, longest {st['longest_us']:.0f}", flush=True)
 
     # Correctness: zeros stay zeros; a known value sums exactly; the step
     # gives the same output every time.
-    ok = bool((ar_buf == 0).all().item())
-    ar_buf.fill_(1.0)
-    dist.all_reduce(ar_buf)
-    ok = ok and bool((ar_buf == float(world)).all().item())
+    ok = True
+    for buf in ar_bufs:
+        ok = ok and bool((buf == 0).all().item())
+        buf.fill_(1.0)
+        dist.all_reduce(buf)
+        ok = ok and bool((buf == float(world)).all().item())
     again = step_call().float().sum().item()
     ok = ok and again == reference
     flag = torch.tensor([0 if ok else 1], device=dev)
@@ -192,7 +243,7 @@ def run(a, argv):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "world": world, "gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "bytes": a.bytes, "calls": a.calls, "steps": a.steps, "tokens": a.tokens, "hidden": a.hidden,
+            "bytes": sizes[0] if len(sizes) == 1 else sizes, "calls": a.calls, "steps": a.steps, "tokens": a.tokens, "hidden": a.hidden,
             "ffn": a.ffn, "correct": correct, "pinned": a.pin,
             "runs": runs,
             "summary": {loop: {k: spread([r[k] for r in rs]) for k in ("wall_us", "cpu_us", "longest_us")}
@@ -259,26 +310,40 @@ def profile(a, rank, dev, ar_call, step_call):
         f.write("\n".join(lines) + "\n")
 
 
+def loops(doc):
+    """[(loop key, what the table calls it, (kind, bytes) to match loops
+    across documents)] of a document, all-reduces first."""
+    out = []
+    for key, b in allreduce_loops(doc):
+        out.append((key, f"all_reduce {human(b)}", ("allreduce", b)))
+    out.append(("step", f"MLP step, {doc['tokens']} tokens", ("step", None)))
+    return out
+
+
 def render(docs):
     """The markdown table of several runs (the first is the reference of the
-    ratio column). scripts/perf-tables uses this too."""
+    ratio column, for the loops it has). scripts/perf-tables uses this too."""
     base = docs[0]
+    base_loops = {match: key for key, _, match in loops(base)}
     out = [f"| path | ranks | loop | wall per call, min / median / max (µs) | host CPU per call, min / median / max "
            f"(µs) | longest call, max (µs) | {base.get('label', base['path'])} / this (median) | correct |",
            "|---|---:|---|---|---|---:|---:|---|"]
     for d in docs:
-        for loop in ("allreduce", "step"):
-            s, b = d["summary"][loop], base["summary"][loop]
-            what = f"all_reduce {d['bytes'] >> 10} KiB" if loop == "allreduce" else f"MLP step, {d['tokens']} tokens"
+        for loop, what, match in loops(d):
+            s = d["summary"][loop]
+            ratio = "—"
+            if match in base_loops:
+                b = base["summary"][base_loops[match]]
+                ratio = f"{b['wall_us']['median'] / s['wall_us']['median']:.2f}"
             out.append(f"| {d.get('label', d['path'])} | {d['world']} | {what} | {s['wall_us']['min']:.1f} / {s['wall_us']['median']:.1f} / "
                        f"{s['wall_us']['max']:.1f} | {s['cpu_us']['min']:.1f} / {s['cpu_us']['median']:.1f} / "
                        f"{s['cpu_us']['max']:.1f} | {s['longest_us']['max']:.0f} | "
-                       f"{b['wall_us']['median'] / s['wall_us']['median']:.2f} | {'yes' if d['correct'] else 'NO'} |")
+                       f"{ratio} | {'yes' if d['correct'] else 'NO'} |")
     out.append("")
     for d in docs:
         out.append(f"- {d.get('label', d['path'])}: `{d['command']}`")
     out.append(f"\n{base['date']}; {base['world']} x {base['gpu']}; PyTorch {base['torch']}, NCCL {base['nccl']}; "
-               f"{len(base['runs']['allreduce'])} runs of {base['calls']} all_reduce calls and "
+               f"{len(base['runs']['step'])} runs of {base['calls']} all_reduce calls (per size) and "
                f"{base['steps']} steps each; hidden {base['hidden']}, FFN per rank {base['ffn']}, bf16.")
     return "\n".join(out)
 
@@ -303,7 +368,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--bytes", type=parse_bytes, default=256 << 10)
+    ap.add_argument("--bytes", type=parse_sizes, default=[256 << 10],
+                    help="all-reduce size, or a comma-separated list of sizes (8,4K,256K,4M): one loop per size")
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--ffn", type=int, default=4096, help="FFN width of this rank's slice (W1 is hidden x ffn)")
@@ -311,8 +377,6 @@ def main(argv=None):
     ap.add_argument("--label", default="", help="what the table calls this run (default: the path)")
     ap.add_argument("--profile", default="", help="write PREFIX.rank<R>.txt with a profiled stretch")
     a = ap.parse_args(argv)
-    if a.bytes < 2 or a.bytes % 2:
-        ap.error("--bytes must be a positive even number (bf16 elements)")
     return run(a, argv)
 
 
