@@ -10,7 +10,11 @@ device_bench and eager_bench with NCCL's window column (--vs-nccl
 --nccl-window), made up in the same way; eager_bench.txt and
 eager_loop_{nccl,symm}.json are real captures (4 x H200, 2026-11-26, the
 library before the two-rank eager stall was fixed; eager_bench.txt with the
-per-rank GPU lines it prints since added).
+per-rank GPU lines it prints since added). data/host/ holds what
+scripts/device-measure's tier "host" leaves (made-up numbers, the formats
+exactly as eager_bench --nranks=1 --sizes / --op=sendrecv, with the step
+line device-measure writes first, host_cost_bench.py and
+eager_loop_bench.py --bytes LIST print them).
 """
 import importlib.machinery
 import importlib.util
@@ -262,6 +266,220 @@ def test_eager_loops_c_and_pytorch():
     assert "| 32.0 / 272.3 / 968.2 |" in out
 
 
+HOST = DATA / "host"
+
+
+def host_inputs():
+    return sorted(str(p) for p in HOST.iterdir())
+
+
+def table_rows(md):
+    """{first cell: [other cells]} of the markdown table rows in md."""
+    out = {}
+    for line in md.splitlines():
+        if line.startswith("| ") and not line.startswith("| path"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            out[cells[0]] = cells[1:]
+    return out
+
+
+def test_host_table_from_the_host_tier():
+    """The tier "host": one table, a row per path, a column per size, the
+    targets and whether each is met."""
+    md = pt.render(host_inputs())
+    assert md.startswith("#### Host CPU per call (µs, median of runs), world size 1")  # first: it says what is met
+    host = section(md, "#### Host CPU per call (µs, median of runs), world size 1")
+    head = next(line for line in host.splitlines() if line.startswith("| path"))
+    assert head == "| path | 8 B | 4 KiB | 256 KiB | 4 MiB | target (host CPU per call) | met |"
+    rows = table_rows(host)
+    assert list(rows) == [
+        "`symmAllReduce` (C API)", "`ncclAllReduce`, NCCL", "`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=symm`",
+        "`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=auto`", "grouped `symmSend`/`symmRecv` (C API)",
+        "grouped `ncclSend`/`ncclRecv`, NCCL", "grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=symm`",
+        "grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=auto`", "Python `Communicator.all_reduce`",
+        "Python `SymmLibrary.symmAllReduce` (the package's wrapper)", "Python ctypes `symmAllReduce` (raw call)",
+        "PyTorch `dist.all_reduce`, NCCL", "PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=symm`",
+        "PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=auto`"]
+    # symmAllReduce from the run beside the real NCCL; 3.2 µs at 4 MiB is over its 3 µs.
+    assert rows["`symmAllReduce` (C API)"] == ["2.2", "2.3", "2.4", "3.2", "≤ 3 µs", "**no**: 4 MiB (3.2 > 3.0)"]
+    assert rows["`ncclAllReduce`, NCCL"] == ["4.1", "4.1", "4.2", "4.3", "the drop-in's reference", "—"]
+    assert rows["`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=symm`"] == ["2.6", "2.6", "2.7", "2.9", "≤ NCCL + 2 µs", "yes"]
+    # auto: 6.5 µs at 4 MiB against NCCL's 4.3 + 2.
+    assert rows["`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=auto`"][3:] == ["6.5", "≤ NCCL + 2 µs",
+                                                                          "**no**: 4 MiB (6.5 > 6.3)"]
+    assert rows["grouped `symmSend`/`symmRecv` (C API)"] == ["3.6", "3.7", "3.8", "4.1", "—", "—"]
+    assert rows["grouped `ncclSend`/`ncclRecv`, NCCL"][:4] == ["5.2", "5.2", "5.4", "5.6"]
+    assert rows["grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=auto`"] == [
+        "4.3", "4.3", "4.5", "4.7", "≤ NCCL + 2 µs", "yes"]
+    assert rows["Python `Communicator.all_reduce`"] == ["7.4", "7.5", "7.6", "10.8", "≤ 10 µs",
+                                                         "**no**: 4 MiB (10.8 > 10.0)"]
+    assert rows["Python ctypes `symmAllReduce` (raw call)"] == ["3.2", "3.2", "3.3", "3.5", "—", "—"]
+    assert rows["PyTorch `dist.all_reduce`, NCCL"][:4] == ["14.8", "14.9", "15.0", "15.3"]
+    assert rows["PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=symm`"][4:] == [
+        "≤ PyTorch's NCCL + 2 µs", "yes"]
+    assert rows["PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=auto`"][5] == \
+        "**no**: 256 KiB (17.3 > 17.0), 4 MiB (17.4 > 17.3)"
+    # Where each group of rows comes from.
+    assert "(2026-12-03 10:00:00 UTC; NCCL rows: NCCL, library `/usr/local/lib/python3.12/dist-packages/nvidia/nccl/" \
+           "lib/libnccl.so.2`)" in host
+    assert "NCCL rows: the drop-in in `SYMM_NCCL_MODE=auto`" in host
+    assert "- Python: `SYMMCOMM_LIBRARY=" in host and "- PyTorch (symm-auto): `SYMM_NCCL_LIB=" in host
+    # --host-table: that table alone.
+    alone = pt.render(host_inputs(), host_only=True)
+    assert alone.startswith("#### Host CPU per call") and "#### C API" not in alone
+    r = subprocess.run([sys.executable, str(SCRIPT), "--host-table", *host_inputs()], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == alone.strip()
+    # Inputs of two ranks make no such table.
+    assert "Host CPU" not in pt.render([str(DATA / "eager_bench.txt"), str(DATA / "eager_loop_nccl.json")])
+    assert "no host-cost table" in pt.render([str(DATA / "eager_bench.txt")], host_only=True)
+
+
+def test_eager_bench_tables_per_size_and_op():
+    """eager_bench --sizes / --op=sendrecv: one table per size, each with its
+    run's command and environment."""
+    md = pt.render(host_inputs())
+    titles = [line for line in md.splitlines() if line.startswith("#### C API:")]
+    assert len(titles) == 24  # 2 ops x 3 runs x 4 sizes
+    assert titles.count("#### C API: eager all-reduce loop of 8 B, per call, min/median/max over runs") == 3
+    assert titles.count("#### C API: eager grouped send/recv loop of 4 MiB, per call, min/median/max over runs") == 3
+    runs = pt.parse_device_bench((HOST / "host_c_sendrecv_auto.log").read_text())
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["step"] == "host_c_sendrecv_auto" and run["ranks"] == 1 and run["status"] == "0 wrong element(s): OK"
+    assert run["env"] == {"SYMM_NCCL_MODE": "auto",
+                          "SYMM_NCCL_LIB": "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2"}
+    assert [t["name"] for t in run["tables"]] == ["eager sendrecv 8", "eager sendrecv 4096", "eager sendrecv 262144",
+                                                  "eager sendrecv 4194304"]
+    assert pt.eager_host_cpu(run)[("sendrecv", 4096)] == {"nccl-same": 4.3, "nccl-rotating": 4.6, "symm-same": 3.6,
+                                                          "symm-rotating": 3.9}
+    # The first of the three (inputs in name order: auto, nccl, symm).
+    one = section(md, "#### C API: eager grouped send/recv loop of 4 KiB")
+    assert ("Environment: `SYMM_NCCL_MODE=auto SYMM_NCCL_LIB=/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/"
+            "libnccl.so.2`.") in one
+    assert "| nccl-same | 4.4/4.7/5.3 | 4.1/4.3/4.6 | 17.2/25.8/172.0 | 1.00 | 0 |" in one
+    assert "| symm-rotating | 4.0/4.3/4.8 | 3.7/3.9/4.2 | 15.6/23.4/156.0 | 1.16 | 0 |" in one
+    # The single-size table keeps its name; the host table reads its size from the loop line.
+    legacy = pt.parse_device_bench((DATA / "eager_bench.txt").read_text())[0]
+    assert legacy["loop_bytes"] == 262144 and legacy["tables"][0]["name"] == "eager"
+    assert pt.eager_host_cpu(legacy) == {("allreduce", 262144): {"nccl-same": 10.4, "nccl-rotating": 10.4,
+                                                                 "symm-same": 4.6, "symm-rotating": 4.9}}
+
+
+def test_eager_bench_formats_are_the_samples():
+    """The lines the host samples and the parser rely on are eager_bench.c's
+    own format strings."""
+    src = (REPO / "c_tests" / "bench" / "eager_bench.c").read_text()
+    for fmt in ('"#\\n# table eager %s %zu: eager %s loop of %s, per call, min/median/max over runs\\n"',
+                '"# environment:%s%s%s%s\\n"',
+                '{"allreduce", "sendrecv"}', '{"all-reduce", "grouped send/recv"}',
+                '"# loop: %d back-to-back in-place all-reduces (bf16 sum, plain buffers)"',
+                '" of %s%s bytes, one stream wait after; %d runs per variant, each the slowest rank\'s; rotating: %d "',
+                '"buffers in turn\\n", O.nsizes > 1 ? "each size in turn: " : ""',
+                '"%-*s  %20s  %20s  %24s  %6s"', '"  %6llu\\n"'):
+        assert fmt in src, fmt
+    text = (HOST / "host_c_allreduce_symm.log").read_text()
+    assert ("# loop: 2000 back-to-back in-place all-reduces (bf16 sum, plain buffers) of each size in turn: 8, 4096, "
+            "262144, 4194304 bytes, one stream wait after; 5 runs per variant, each the slowest rank's; rotating: 64 "
+            "buffers in turn") in text
+    assert "# table eager allreduce 262144: eager all-reduce loop of 256 KiB, per call, min/median/max over runs" in text
+    assert "\n# environment: SYMM_NCCL_MODE=symm\n" in text
+
+
+def test_host_table_roles(tmp_path):
+    """A smoke run's reference is the stand-in (its step's name says it is
+    the reference); without device-measure's step line a run's role comes
+    from its library and environment."""
+    standin = "/root/symmcomm/.device/lib/libsymmcomm_nccl.so"
+    for name in ("host_c_allreduce_nccl.log", "host_c_allreduce_symm.log", "host_c_allreduce_auto.log"):
+        text = (HOST / name).read_text()
+        if name.endswith("_nccl.log"):  # smoke: the stand-in in SYMM_NCCL_MODE=symm
+            text = text.replace("/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2", standin)
+            text = text.replace(f"# NCCL library: {standin}\n",
+                                f"# NCCL library: {standin}\n# environment: SYMM_NCCL_MODE=symm\n")
+        (tmp_path / name).write_text(text)
+    smoke = pt.render(sorted(str(p) for p in tmp_path.iterdir()), host_only=True)
+    assert table_rows(smoke)["`ncclAllReduce`, NCCL"][:4] == ["4.1", "4.1", "4.2", "4.3"]
+    assert "NCCL rows: **the stand-in** (smoke run: no real NCCL here)" in smoke
+    # No step lines: the real NCCL by its library, the stand-in's mode by the environment (auto when unset).
+    for p in tmp_path.iterdir():
+        p.unlink()
+    for name in ("host_c_allreduce_nccl.log", "host_c_allreduce_symm.log", "host_c_allreduce_auto.log"):
+        lines = (HOST / name).read_text().splitlines(keepends=True)[1:]
+        if name.endswith("_auto.log"):
+            lines = [line for line in lines if not line.startswith("# environment:")]
+        (tmp_path / name).write_text("".join(lines))
+    runs = [pt.parse_device_bench(p.read_text())[0] for p in sorted(tmp_path.iterdir())]
+    assert [pt.eager_role(r) for r in runs] == ["auto", "nccl", "symm"]
+    rows = table_rows(pt.render(sorted(str(p) for p in tmp_path.iterdir()), host_only=True))
+    assert rows["`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=auto`"][:4] == ["2.9", "2.9", "3.1", "6.5"]
+    assert "Python `Communicator.all_reduce`" not in rows  # only what was given
+    assert not any(k.startswith("PyTorch") or k.startswith("grouped") for k in rows)
+
+
+def test_host_table_missing_reference(tmp_path):
+    """A drop-in row without its NCCL row: the reference row shows the gap,
+    and the target is not judged."""
+    for name in ("host_c_sendrecv_symm.log", "host_torch_symm-symm.json"):
+        (tmp_path / name).write_text((HOST / name).read_text())
+    rows = table_rows(pt.render(sorted(str(p) for p in tmp_path.iterdir()), host_only=True))
+    assert rows["grouped `ncclSend`/`ncclRecv`, NCCL"] == ["—", "—", "—", "—", "the drop-in's reference", "—"]
+    assert rows["grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=symm`"][5] == "—"
+    assert rows["PyTorch `dist.all_reduce`, NCCL"][:4] == ["—"] * 4
+
+
+def test_host_cost_and_multi_size_eager_loop_tables():
+    md = pt.render(host_inputs())
+    py = section(md, "#### Python package: `Communicator.all_reduce` per call, back to back")
+    assert "| `Communicator.all_reduce` | 1 | 4 MiB | 10.77 / 11.10 / 12.43 | 10.48 / 10.80 / 12.10 | 109 | ≤ 10 µs: " \
+           "**not met** |" in py
+    assert "| `Communicator.all_reduce` | 1 | 8 B | 7.47 / 7.70 / 8.62 | 7.18 / 7.40 / 8.29 | 75 | ≤ 10 µs: met |" in py
+    assert "| `ctypes symmAllReduce` | 1 | 256 KiB |" in py and "5 runs of 2000 calls per API and size" in py
+    t = section(md, "#### PyTorch eager loops at 1 ranks")
+    lines = [line for line in t.splitlines() if line.startswith("| nccl ")]
+    assert [line.split(" | ")[2] for line in lines] == ["all_reduce 8 B", "all_reduce 4 KiB", "all_reduce 256 KiB",
+                                                        "all_reduce 4 MiB", "MLP step, 16 tokens"]
+    # Each size's ratio to NCCL's same size.
+    assert "| symm-symm | 1 | all_reduce 4 KiB | 13.9 / 14.3 / 16.0 | 13.6 / 14.0 / 15.7 | 141 | 1.06 | yes |" in t
+    # The benchmarks' own table modes agree, and read old single-size documents beside new ones.
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "host_cost_bench.py"), "table",
+                          str(HOST / "host_python.json")], capture_output=True, text=True, check=True).stdout
+    assert "| `Communicator.all_reduce` | 1 | 4 MiB | 10.77 / 11.10 / 12.43 |" in out
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "eager_loop_bench.py"), "table",
+                          str(DATA / "eager_loop_nccl.json"), str(HOST / "host_torch_symm-symm.json")],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| symm-symm ")]
+    ratios = {line.split(" | ")[2]: line.split(" | ")[6] for line in rows}
+    # Only 256 KiB and the step exist in the (two-rank, one-size) reference.
+    assert ratios["all_reduce 8 B"] == "—" and ratios["all_reduce 256 KiB"] != "—" and ratios["MLP step, 16 tokens"] != "—"
+
+
+def test_benchmark_size_lists():
+    """--bytes / --sizes of the PyTorch benchmarks: lists, checked."""
+    for name in ("eager_loop_bench", "host_cost_bench"):
+        mod = pt.torch_bench(name)
+        parse = mod.parse_sizes
+        assert parse("8,4K,256K,4M") == [8, 4096, 262144, 4194304]
+        for bad in ("8,3", "8,8", "4Q", "0"):
+            with pytest.raises(Exception):
+                parse(bad)
+        opt = "--bytes" if name == "eager_loop_bench" else "--sizes"
+        r = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / f"{name}.py"), "run", "x.json", opt, "8,3"],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "sizes must be positive even numbers of bytes" in r.stderr
+    assert pt.torch_bench("eager_loop_bench").allreduce_loops({"bytes": 262144}) == [("allreduce", 262144)]
+    assert pt.torch_bench("eager_loop_bench").allreduce_loops({"bytes": [8, 4096]}) == [("allreduce@8", 8),
+                                                                                        ("allreduce@4096", 4096)]
+
+
+def test_host_cost_bench_skips_without_torch_or_gpu():
+    """Without PyTorch (or a GPU) the Python benchmark says so and exits 77."""
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here: the skip path is for machines without it")
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "host_cost_bench.py"), "run", "x.json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 77 and r.stdout.startswith("skipped: PyTorch is not installed")
+
+
 def test_unsteady_rows_from_the_runs_spread(tmp_path):
     """symm_bench --runs prints each row's spread; rows whose slowest run is
     over 1.5x the fastest are listed, so a stall cannot hide in a median."""
@@ -290,7 +508,7 @@ def test_command_line(tmp_path):
 
 
 def test_torch_benchmarks_compile():
-    for name in ("fused_torch_bench.py", "tp_mlp_bench.py", "eager_loop_bench.py"):
+    for name in ("fused_torch_bench.py", "tp_mlp_bench.py", "eager_loop_bench.py", "host_cost_bench.py"):
         src = (REPO / "tests" / "torch" / name).read_text()
         compile(src, name, "exec")
 
@@ -314,7 +532,8 @@ def test_device_measure_is_shellcheck_clean():
 BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fused_bench", "device_bench", "eager_bench")]
 
 
-@pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"]])
+@pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
+                                  ["--gpus", "1", "host"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -330,32 +549,64 @@ def test_device_measure_dry_run(tmp_path, args):
     steps = [line for line in summary.splitlines() if line.startswith("-- ")]
     assert steps and all(": ok" in line for line in steps), summary
     names = [line.split(":")[0][3:] for line in steps]
+    host = ["host_c_allreduce_nccl", "host_c_allreduce_symm", "host_c_allreduce_auto", "host_c_sendrecv_nccl",
+            "host_c_sendrecv_symm", "host_c_sendrecv_auto", "host_python", "host_torch_nccl", "host_torch_symm-symm",
+            "host_torch_symm-auto"]
+    logs = tmp_path / "symmcomm-measure-logs" / "measure"
     if args == ["--smoke"]:
         assert names == ["build", "eager_c_n2", "eager_torch_n1_nccl", "eager_torch_n1_symm-auto",
-                         "eager_torch_n1_symm-symm", "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
+                         "eager_torch_n1_symm-symm", *host, "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
                          "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
                          "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "tp_mlp_n1_nccl",
                          "tp_mlp_n1_preloaded"]
         log = (tmp_path / "symmcomm-measure-logs" / "measure" / "sweep_n2_staged_eager.log").read_text()
         assert "--nccl-lib" in log and "SYMM_NCCL_MODE=symm" in log
+        # The host tier's reference served by the stand-in (no real NCCL in smoke runs), short loops.
+        ref = (logs / "host_c_allreduce_nccl.log").read_text().splitlines()[0]
+        assert "SYMM_NCCL_MODE=symm" in ref and "libsymmcomm_nccl.so" in ref and "--calls=50" in ref
+    elif args[-1] == "host":
+        assert names == ["build", *host]
+        first = {name: (logs / f"{name}.log").read_text().splitlines()[0] for name in host}
+        # The commands of the tier, as docs/PERFORMANCE.md gives them.
+        assert first["host_c_allreduce_nccl"].endswith(
+            "env SYMM_TIMEOUT=60 CUDA_VISIBLE_DEVICES=0 build/c_tests/bench/eager_bench mp --nranks=1 --op=allreduce "
+            "--sizes=8,4K,256K,4M --vs-nccl --nccl-lib=libnccl.so.2") or "nvidia/nccl" in first["host_c_allreduce_nccl"]
+        assert "SYMM_NCCL_MODE=symm SYMM_TIMEOUT=60 CUDA_VISIBLE_DEVICES=0 build/c_tests/bench/eager_bench mp --nranks=1 " \
+               "--op=sendrecv --sizes=8,4K,256K,4M --vs-nccl --nccl-lib=" in first["host_c_sendrecv_symm"]
+        assert first["host_c_sendrecv_symm"].endswith("/libsymmcomm_nccl.so")
+        assert "SYMM_NCCL_MODE=auto" in first["host_c_allreduce_auto"]
+        assert "tests/torch/host_cost_bench.py run" in first["host_python"] and "--sizes 8,4K,256K,4M" in first["host_python"]
+        assert "--nproc-per-node=1 tests/torch/eager_loop_bench.py run" in first["host_torch_symm-auto"]
+        assert "LD_PRELOAD=" in first["host_torch_symm-auto"] and "LD_PRELOAD=" not in first["host_torch_nccl"]
+        assert first["host_torch_nccl"].endswith("--bytes 8,4K,256K,4M")
     elif args[-1] == "all":
         assert "suite_n4" in names and "sweep_n4_symmetric_graph" in names and "timeline_n4_staged" in names
         assert "fused_n4_e4m3" in names and "device_n2" in names and "device_n4" in names
         assert "tp_mlp_n4_preloaded" in names
         assert names[1:5] == ["eager_c_n2", "eager_torch_n2_nccl", "eager_torch_n2_symm-auto", "eager_torch_n2_symm-symm"]
         assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
+        assert names[names.index("eager_torch_n4_symm-symm") + 1:][:len(host)] == host
     else:
         assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
     # NCCL's window column beside its ordinary one wherever a benchmark has
     # it (smoke runs too: the stand-in serves the window calls); fused_bench
     # has none, and the timeline runs have no NCCL at all.
-    logs = tmp_path / "symmcomm-measure-logs" / "measure"
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
         assert has_window == name.startswith(("sweep_", "device_", "eager_c_")), command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
+
+
+def test_device_measure_host_takes_no_rank_count(tmp_path):
+    env = dict(os.environ, SYMM_MEASURE_TMP=str(tmp_path), OUT=str(tmp_path / "out"))
+    r = subprocess.run([str(REPO / "scripts" / "device-measure"), "--dry-run", "host:2"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "host:2: the host tier runs at world size 1 on one GPU (no :N)" in (tmp_path / "out" / "summary.txt").read_text()
+    r = subprocess.run([str(REPO / "scripts" / "device-measure"), "--help"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0 and "  host " in r.stdout and "eager and\n                   host first" in r.stdout
 
 
 def test_device_measure_refuses_more_ranks_than_gpus(tmp_path):
@@ -372,3 +623,8 @@ def test_data_files_are_what_the_tests_say():
     assert [d["kind"] for d in docs] == ["fused_torch", "tp_mlp", "tp_mlp", "eager_loop", "eager_loop"]
     assert [d["path"] for d in docs[3:]] == ["nccl", "symm-symm"]
     assert CAPTURE.is_file()
+    kinds = {p.name: json.loads(p.read_text()).get("kind") for p in HOST.iterdir() if p.suffix == ".json"}
+    assert kinds == {"host_python.json": "host_cost", "host_torch_nccl.json": "eager_loop",
+                     "host_torch_symm-symm.json": "eager_loop", "host_torch_symm-auto.json": "eager_loop"}
+    logs = sorted(p.name for p in HOST.iterdir() if p.suffix == ".log")
+    assert logs == [f"host_c_{op}_{role}.log" for op in ("allreduce", "sendrecv") for role in ("auto", "nccl", "symm")]
