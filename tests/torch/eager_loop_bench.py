@@ -59,32 +59,12 @@ import statistics
 import sys
 import time
 
+# This folder's shared helpers, also when perf-tables loads the file by path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_sizes import human, load_docs, parse_sizes  # noqa: E402
+
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
-
-
-def parse_bytes(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper().rstrip("B")
-    return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
-
-
-def parse_sizes(s):
-    """--bytes: one size or a comma-separated list (8,4K,256K,4M), each a
-    positive even number of bytes (bf16 elements)."""
-    out = []
-    for part in s.split(","):
-        try:
-            n = parse_bytes(part)
-        except (ValueError, IndexError):
-            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a size (8, 4K, 256K, 4M)") from None
-        if n < 2 or n % 2:
-            raise argparse.ArgumentTypeError(f"{part.strip()!r}: sizes must be positive even numbers of bytes "
-                                             "(bf16 elements)")
-        out.append(n)
-    if len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"{s!r} lists a size twice")
-    return out
 
 
 def allreduce_loops(doc):
@@ -94,13 +74,6 @@ def allreduce_loops(doc):
     if isinstance(doc["bytes"], list):
         return [(f"allreduce@{b}", b) for b in doc["bytes"]]
     return [("allreduce", doc["bytes"])]
-
-
-def human(n):
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def path_name():
@@ -349,11 +322,7 @@ def render(docs):
 
 
 def table(paths):
-    docs = []
-    for p in paths:
-        with open(p) as f:
-            docs.append(json.load(f))
-    print(render(docs))
+    print(render(load_docs(paths)))
     return 0
 
 

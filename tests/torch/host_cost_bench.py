@@ -49,6 +49,10 @@ import statistics
 import sys
 import time
 
+# This folder's shared helpers, also when perf-tables loads the file by path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_sizes import human, load_docs, parse_sizes  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: The APIs timed, in the table's order; the first is the package's API.
@@ -56,37 +60,6 @@ APIS = ("Communicator.all_reduce", "SymmLibrary.symmAllReduce", "ctypes symmAllR
 #: The issue's target for the package's API: host CPU per call, median of runs (µs).
 TARGET_US = 10.0
 SKIP = 77
-
-
-def parse_bytes(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper().rstrip("B")
-    return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
-
-
-def parse_sizes(s):
-    """--sizes: a comma-separated list (8,4K,256K,4M), each a positive even
-    number of bytes (bf16 elements), no size twice."""
-    out = []
-    for part in s.split(","):
-        try:
-            n = parse_bytes(part)
-        except (ValueError, IndexError):
-            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a size (8, 4K, 256K, 4M)") from None
-        if n < 2 or n % 2:
-            raise argparse.ArgumentTypeError(f"{part.strip()!r}: sizes must be positive even numbers of bytes "
-                                             "(bf16 elements)")
-        out.append(n)
-    if len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"{s!r} lists a size twice")
-    return out
-
-
-def human(n):
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def spread(values):
@@ -273,11 +246,7 @@ def render(docs):
 
 
 def table(paths):
-    docs = []
-    for p in paths:
-        with open(p) as f:
-            docs.append(json.load(f))
-    print(render(docs))
+    print(render(load_docs(paths)))
     return 0
 
 

@@ -1,0 +1,47 @@
+"""Sizes and result files shared by the PyTorch benchmarks of this folder
+(eager_loop_bench.py, host_cost_bench.py): size lists on the command line,
+sizes in tables, and the JSON documents their `table` subcommands read."""
+
+import argparse
+import json
+
+
+def parse_bytes(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B")
+    return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
+
+
+def parse_sizes(s):
+    """A comma-separated list of sizes (8,4K,256K,4M; one size is a list of
+    one), each a positive even number of bytes (bf16 elements), no size
+    twice: an argparse type."""
+    out = []
+    for part in s.split(","):
+        try:
+            n = parse_bytes(part)
+        except (ValueError, IndexError):
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a size (8, 4K, 256K, 4M)") from None
+        if n < 2 or n % 2:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: sizes must be positive even numbers of bytes "
+                                             "(bf16 elements)")
+        out.append(n)
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{s!r} lists a size twice")
+    return out
+
+
+def human(n):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def load_docs(paths):
+    """The JSON documents of earlier runs, in the order given."""
+    docs = []
+    for p in paths:
+        with open(p) as f:
+            docs.append(json.load(f))
+    return docs
