@@ -57,11 +57,10 @@ import json
 import os
 import statistics
 import sys
-import time
 
 # This folder's shared helpers, also when perf-tables loads the file by path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sizes import human, load_docs, parse_sizes  # noqa: E402
+from bench_common import human, load_docs, parse_sizes, timed_loop  # noqa: E402
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
@@ -142,22 +141,7 @@ def run(a, argv):
         return y
 
     def timed(fn, n):
-        """Issue fn n times back to back; per-call wall, host CPU, longest call (µs)."""
-        torch.cuda.synchronize()
-        dist.barrier()
-        torch.cuda.synchronize()
-        longest = 0
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        prev = t0
-        for _ in range(n):
-            fn()
-            now = time.perf_counter_ns()
-            longest = max(longest, now - prev)
-            prev = now
-        c1 = time.thread_time_ns()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter_ns()
-        return {"wall_us": (t2 - t0) / n / 1e3, "cpu_us": (c1 - c0) / n / 1e3, "longest_us": longest / 1e3}
+        return timed_loop(fn, n, dist.barrier)
 
     def slowest(m):
         """The run's figures, each the MAX over ranks (after the timing)."""

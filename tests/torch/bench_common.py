@@ -1,9 +1,12 @@
-"""Sizes and result files shared by the PyTorch benchmarks of this folder
-(eager_loop_bench.py, host_cost_bench.py): size lists on the command line,
-sizes in tables, and the JSON documents their `table` subcommands read."""
+"""What the PyTorch benchmarks of this folder (eager_loop_bench.py,
+host_cost_bench.py) share: size lists on the command line, sizes in
+tables, the timed back-to-back loop, and the JSON documents their `table`
+subcommands read. Imports torch only inside the loop, so that tables are
+made without it."""
 
 import argparse
 import json
+import time
 
 
 def parse_bytes(s):
@@ -45,3 +48,28 @@ def load_docs(paths):
         with open(p) as f:
             docs.append(json.load(f))
     return docs
+
+
+def timed_loop(fn, n, barrier=None):
+    """Issue fn n times back to back, no synchronisation inside; per-call
+    wall (first call to the stream's end), host CPU of this thread, and the
+    longest single call the host saw (µs). `barrier` (e.g. dist.barrier)
+    lines the ranks up first."""
+    import torch
+
+    torch.cuda.synchronize()
+    if barrier is not None:
+        barrier()
+        torch.cuda.synchronize()
+    longest = 0
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+    prev = t0
+    for _ in range(n):
+        fn()
+        now = time.perf_counter_ns()
+        longest = max(longest, now - prev)
+        prev = now
+    c1 = time.thread_time_ns()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter_ns()
+    return {"wall_us": (t2 - t0) / n / 1e3, "cpu_us": (c1 - c0) / n / 1e3, "longest_us": longest / 1e3}
