@@ -98,15 +98,18 @@ pub struct Algo {
     pub pipe: bool,
     /// `p2p`: send/recv by the sized kernel: blocks by the bytes, warp
     /// groups with their own flags, direct push into a receive buffer in
-    /// the symmetric heap (kernels/sendrecv.cu).
+    /// the symmetric heap (kernels/sendrecv.cu). `p2p:blocks=N:kib=K` also
+    /// sets its block sizing ([`p2p::P2PShape`]).
     pub p2p: bool,
+    pub p2p_shape: p2p::P2PShape,
     /// `classic`: the copy and reduction loops of before (rank-order loads,
     /// shallow copies of small ranges), for A/B measurements.
     pub classic: bool,
 }
 
 impl Algo {
-    pub const AUTO: Algo = Algo { base: Base::Auto, push: false, pipe: false, p2p: false, classic: false };
+    pub const AUTO: Algo =
+        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: p2p::P2PShape { max_blocks: 0, kib_log2: 0 }, classic: false };
 
     /// Parse tokens joined by `+` or `,`; case does not matter.
     pub fn parse(s: &str) -> std::result::Result<Algo, String> {
@@ -123,10 +126,11 @@ impl Algo {
                 "pipe" => a.pipe = true,
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
+                t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, p2p::P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 other => {
                     return Err(format!(
-                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, classic, \
-                         joined with '+')"
+                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
+                         p2p:blocks=N:kib=K, classic, joined with '+')"
                     ))
                 }
             }
@@ -158,11 +162,13 @@ impl Algo {
             Base::TwoShot => 3,
         };
         base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
+            | self.p2p_shape.to_bits() << 6
     }
 
     fn from_bits(b: u32) -> Algo {
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
-        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, classic: b & 32 != 0 }
+        let p2p_shape = p2p::P2PShape::from_bits(b >> 6);
+        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0 }
     }
 }
 
@@ -174,7 +180,8 @@ impl std::fmt::Display for Algo {
             Base::OneShot => "oneshot",
             Base::TwoShot => "twoshot",
         }];
-        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, "p2p"), (self.classic, "classic")] {
+        let p2p = format!("p2p{}", self.p2p_shape);
+        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, p2p.as_str()), (self.classic, "classic")] {
             if on {
                 parts.push(name);
             }
@@ -866,6 +873,11 @@ mod tests {
             assert_eq!(Algo::from_bits(a.to_bits()), a);
             assert_eq!(Algo::parse(&a.to_string()).unwrap(), a, "{a} round-trips through its name");
         }
+        let wide = Algo::parse("p2p:blocks=64:kib=128+classic").unwrap();
+        assert!(wide.p2p && wide.classic && wide.p2p_shape.max_blocks == 64);
+        assert_eq!(wide.to_string(), "auto+p2p:blocks=64:kib=128+classic");
+        assert_eq!(Algo::from_bits(wide.to_bits()), wide);
+        assert!(Algo::parse("p2p:blocks=99").unwrap_err().contains("blocks=99"));
         let cell = AlgoCell::new(Algo::AUTO);
         cell.set(a);
         assert_eq!(cell.get(), a);

@@ -71,15 +71,89 @@ pub fn request(
     Ok(Some(P2POp { buf: buf as u64, bytes: bytes as u64, peer: peer as u32, is_send: is_send as u32, heap_offset, ..Default::default() }))
 }
 
+/// The sized kernel's block sizing, settable per communicator for sweeps
+/// (SYMM_ALGO / symmCommSetAlgorithm token `p2p:blocks=N:kib=K`, either
+/// part optional): at most `blocks` blocks per operation (1-64; default
+/// 16), one per `kib` KiB of it (a power of two, 16-65536; default 512).
+/// The measured ceiling of 16 blocks is about 14.5 GB/s per SM across
+/// NVLink, 233 GB/s (docs/PERFORMANCE.md): more blocks put more bytes in
+/// flight. Any count is correct: every chunk carries its own flags and a
+/// wait only ever points at an earlier chunk of the channel, so up to the
+/// ring's 256 warp groups (64 blocks x 4) may share it, each with one
+/// chunk of slack at 64.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2PShape {
+    /// 0: the default.
+    pub max_blocks: u8,
+    /// log2 of the KiB per block; 0: the default.
+    pub kib_log2: u8,
+}
+
+impl P2PShape {
+    const DEFAULT_BLOCKS: u32 = 16;
+    const MAX_BLOCKS: u32 = 64;
+    const DEFAULT_KIB_LOG2: u32 = 9;
+    const KIB_LOG2: std::ops::RangeInclusive<u32> = 4..=16;
+
+    fn blocks_cap(self) -> u32 {
+        if self.max_blocks == 0 { Self::DEFAULT_BLOCKS } else { self.max_blocks as u32 }
+    }
+
+    fn bytes_per_block(self) -> u64 {
+        let log2 = if self.kib_log2 == 0 { Self::DEFAULT_KIB_LOG2 } else { self.kib_log2 as u32 };
+        1024 << log2
+    }
+
+    /// `p2p:blocks=N:kib=K` (the part after `p2p`, e.g. ":blocks=64").
+    pub fn parse(params: &str) -> std::result::Result<P2PShape, String> {
+        let mut shape = P2PShape::default();
+        for part in params.split(':').filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').ok_or_else(|| format!("\"{part}\" is not KEY=VALUE"))?;
+            let v: u32 = value.parse().map_err(|_| format!("\"{value}\" is not a number"))?;
+            match key {
+                "blocks" if (1..=Self::MAX_BLOCKS).contains(&v) => shape.max_blocks = v as u8,
+                "blocks" => return Err(format!("blocks={v}: 1 to {}", Self::MAX_BLOCKS)),
+                "kib" if v.is_power_of_two() && Self::KIB_LOG2.contains(&v.trailing_zeros()) => {
+                    shape.kib_log2 = v.trailing_zeros() as u8
+                }
+                "kib" => return Err(format!("kib={v}: a power of two from 16 to 65536")),
+                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib)")),
+            }
+        }
+        Ok(shape)
+    }
+
+    /// Six bits of blocks (0-64 fits seven), five of the KiB's log2.
+    pub fn to_bits(self) -> u32 {
+        self.max_blocks as u32 | (self.kib_log2 as u32) << 7
+    }
+
+    pub fn from_bits(b: u32) -> P2PShape {
+        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8 }
+    }
+}
+
+impl std::fmt::Display for P2PShape {
+    /// The parameters as `parse` takes them (empty for the defaults).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.max_blocks != 0 {
+            write!(f, ":blocks={}", self.max_blocks)?;
+        }
+        if self.kib_log2 != 0 {
+            write!(f, ":kib={}", 1u32 << self.kib_log2)?;
+        }
+        Ok(())
+    }
+}
+
 /// Blocks the sized kernel gives one operation when the launch has room:
-/// one per 512 KiB, at most 16 (16 blocks x 4 warp groups share a 256-chunk
-/// ring with 4 chunks of slack each). A receive the sender will push into
-/// directly only waits for the data: one block.
-pub(crate) fn sized_blocks(op: &P2POp) -> u32 {
+/// one per `shape`'s bytes (512 KiB), at most its cap (16). A receive the
+/// sender will push into directly only waits for the data: one block.
+pub(crate) fn sized_blocks(op: &P2POp, shape: P2PShape) -> u32 {
     if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= P2P_DIRECT_MIN {
         return 1;
     }
-    op.bytes.div_ceil(512 << 10).clamp(1, 16) as u32
+    op.bytes.div_ceil(shape.bytes_per_block()).clamp(1, shape.blocks_cap() as u64) as u32
 }
 
 /// Blocks of every operation of one sized launch, scaled down (each keeps
@@ -124,7 +198,7 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
     for mut round in rounds {
         debug_assert!(round.len() <= P2P_MAX_OPS);
         let blocks = if algo.p2p {
-            fit_blocks(&round.iter().map(sized_blocks).collect::<Vec<_>>(), comm.coll.max_grid)
+            fit_blocks(&round.iter().map(|op| sized_blocks(op, algo.p2p_shape)).collect::<Vec<_>>(), comm.coll.max_grid)
         } else {
             vec![P2P_BLOCKS; round.len()]
         };
@@ -157,15 +231,34 @@ mod tests {
 
     #[test]
     fn sized_blocks_follow_the_bytes() {
-        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT)), 1);
-        assert_eq!(sized_blocks(&op(512 << 10, true, P2P_NO_DIRECT)), 1);
-        assert_eq!(sized_blocks(&op((512 << 10) + 1, false, P2P_NO_DIRECT)), 2);
-        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT)), 16);
+        let d = P2PShape::default();
+        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT), d), 1);
+        assert_eq!(sized_blocks(&op(512 << 10, true, P2P_NO_DIRECT), d), 1);
+        assert_eq!(sized_blocks(&op((512 << 10) + 1, false, P2P_NO_DIRECT), d), 2);
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), d), 16);
         // A receive pushed into directly waits with one block; a small one
         // (below the direct size) still copies out of the ring.
-        assert_eq!(sized_blocks(&op(1 << 30, false, 4096)), 1);
-        assert_eq!(sized_blocks(&op(4 << 20, true, 4096)), 8, "only receives know the direct offset");
-        assert_eq!(sized_blocks(&op(64 << 10, false, 4096)), 1);
+        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), d), 1);
+        assert_eq!(sized_blocks(&op(4 << 20, true, 4096), d), 8, "only receives know the direct offset");
+        assert_eq!(sized_blocks(&op(64 << 10, false, 4096), d), 1);
+    }
+
+    #[test]
+    fn shape_knobs_set_the_cap_and_the_bytes_per_block() {
+        let wide = P2PShape::parse(":blocks=64").unwrap();
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), wide), 64);
+        assert_eq!(sized_blocks(&op(16 << 20, true, P2P_NO_DIRECT), wide), 32, "still one per 512 KiB");
+        let fine = P2PShape::parse(":blocks=64:kib=128").unwrap();
+        assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
+        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
+        assert_eq!(P2PShape::parse(":kib=128").unwrap().to_string(), ":kib=128");
+        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=4", ":blocks"] {
+            assert!(P2PShape::parse(bad).is_err(), "{bad}");
+        }
+        for shape in [wide, fine, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16 }] {
+            assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
+            assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
+        }
     }
 
     #[test]
