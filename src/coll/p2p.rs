@@ -57,18 +57,44 @@ pub fn request(
     if found.is_none() {
         launch::check_device_buffer(&comm.device, buf, bytes, name)?;
     }
-    // A receive buffer in this rank's symmetric heap slot (symmMemAlloc, or
-    // a registration of such memory) is mapped at the same offset in every
-    // peer's view of this rank's slot: the sized kernel's sender may store
-    // into it directly.
-    let slot = comm.mem.space.slot(comm.rank);
-    let heap_offset = match found {
-        Some(_) if !is_send && (buf as u64) >= slot && (buf as u64) - slot < comm.mem.space.stride as u64 => {
-            buf as u64 - slot
-        }
-        _ => P2P_NO_DIRECT,
-    };
+    let heap_offset = if is_send { P2P_NO_DIRECT } else { direct_offset(comm, buf as u64, found.is_some()) };
     Ok(Some(P2POp { buf: buf as u64, bytes: bytes as u64, peer: peer as u32, is_send: is_send as u32, heap_offset, ..Default::default() }))
+}
+
+/// A receive buffer in this rank's symmetric heap slot (symmMemAlloc, or a
+/// registration of such memory; `known`: the registry holds it) is mapped
+/// at the same offset in every peer's view of this rank's slot: the sized
+/// kernel's sender may store into it directly. Its offset, else
+/// `P2P_NO_DIRECT`.
+fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
+    let slot = comm.mem.space.slot(comm.rank);
+    if known && buf >= slot && buf - slot < comm.mem.space.stride as u64 {
+        buf - slot
+    } else {
+        P2P_NO_DIRECT
+    }
+}
+
+/// symmAllToAll on the sized kernel (SYMM_ALGO=p2p, out of place): one
+/// launch of a send and a receive per rank, this one included, so every
+/// block goes straight from the input to its peer, without the staging
+/// pass and the whole-grid syncs of the collective kernel; into a
+/// symmetric output from 1 MiB a block is stored directly into the
+/// peer's output. Block and operation counts come from the bytes as for
+/// send/recv (`P2PShape`). The caller checked the buffers (`Call`).
+pub(crate) fn all_to_all(call: &super::Call) -> Result<()> {
+    let comm = call.comm;
+    let block = call.count * call.elem_size();
+    let recv_known = call.recv_buf.is_some();
+    let mut ops = Vec::with_capacity(2 * comm.nranks);
+    for peer in 0..comm.nranks {
+        let at = peer as u64 * block;
+        ops.push(P2POp { buf: call.send + at, bytes: block, peer: peer as u32, is_send: 1, ..Default::default() });
+        let recv = call.recv + at;
+        let heap_offset = direct_offset(comm, recv, recv_known);
+        ops.push(P2POp { buf: recv, bytes: block, peer: peer as u32, is_send: 0, heap_offset, ..Default::default() });
+    }
+    launch_ops(comm, call.stream, &ops)
 }
 
 /// The sized kernel's block sizing, settable per communicator for sweeps
