@@ -220,10 +220,14 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 #define SYMM_P2P_GROUP 128u                 // threads per warp group
 #define SYMM_P2P_DIRECT_MIN (1ull << 20)    // messages from this size offer the receiver's buffer for a direct push
 #define SYMM_P2P_NO_DIRECT (~0ull)
+#define SYMM_P2P_SIZE_TAG 0xFE000000u       // SymmStatus mine[0]/theirs[0]: a send and its receive disagree on the size
 #define SYMM_P2P_SIZED_DELTA 10752u          // words from the fixed kernel's flags to the sized kernel's
 #define SYMM_P2PS_READY(sender, slot) ((sender) * SYMM_P2P_RING + (slot))        // receiver's pad: chunk seq + 1
 #define SYMM_P2PS_DONE(receiver, slot) ((SYMM_MAX_RANKS + (receiver)) * SYMM_P2P_RING + (slot))  // sender's pad
-#define SYMM_P2PS_XDESC(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + (receiver) * 4)  // sender's pad: {call, off lo, off hi}
+// sender's pad, per receiver: {call + 1, offset bits 0-31, offset bits 32-39 (0xff: no direct push) | receiver's
+// bytes bits 32-55 << 8, receiver's bytes bits 0-31}. The sender compares the receiver's bytes with its own before
+// storing anything (a larger send would write past a directly pushed-into buffer).
+#define SYMM_P2PS_XDESC(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + (receiver) * 4)
 #define SYMM_P2PS_ARRIVED(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 32 + (sender))    // receiver's pad: direct chunks
 #define SYMM_P2PS_LOCAL(kind, peer) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 40 + (kind) * SYMM_MAX_RANKS + (peer))
 #define SYMM_P2PS_SEND_SEQ 0     // local: staged chunks sent on the channel to peer

@@ -111,8 +111,10 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // Direct push. From SYMM_P2P_DIRECT_MIN bytes the receiver tells the
 // sender, at the start of every call, where its buffer is: the offset in
 // its symmetric heap slot when the buffer lies in the symmetric heap
-// (symmMemAlloc, or a registration of such memory), else "none" (a
-// descriptor {call + 1, offset} in the sender's pad). With an offset, the
+// (symmMemAlloc, or a registration of such memory), else "none", and how
+// many bytes it receives (a descriptor {call + 1, offset, bytes} in the
+// sender's pad). A sender whose bytes differ stores nothing and records a
+// size mismatch; its receiver, never served, times out. With an offset, the
 // sender's groups store straight into the receiver's buffer (no ring, no
 // per-chunk flags) and each adds its chunk count to ARRIVED in the
 // receiver's pad (release); the receiver waits for the call's total. The
@@ -175,8 +177,17 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
         if (!wait_geq(a, desc, call + 1, peer, jb)) {
           failed = 1;
         } else {
-          const uint64_t off = (uint64_t)desc[1] | (uint64_t)desc[2] << 32;
-          direct = off;
+          const uint32_t hi = desc[2];
+          const uint64_t their_bytes = (uint64_t)desc[3] | (uint64_t)(hi >> 8) << 32;
+          if (their_bytes != op.bytes) {
+            // Nothing is stored: the receiver waits until its timeout.
+            const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)op.bytes, (uint32_t)(op.bytes >> 32), 0};
+            const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)their_bytes, (uint32_t)(their_bytes >> 32), 1};
+            SymmSpin(a.wait, peer, jb).record_mismatch(m, t);
+            failed = 1;
+          } else if ((hi & 0xffu) != 0xffu) {
+            direct = (uint64_t)desc[1] | (uint64_t)(hi & 0xffu) << 32;
+          }
         }
       }
     } else {
@@ -186,9 +197,12 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       if (offered) {
         direct = op.heap_offset;
         if (jb == 0) {
+          // The host keeps direct offsets below 0xff << 32 (p2p.rs).
           uint32_t* desc = theirs + SYMM_P2PS_XDESC(a.rank);
+          const uint32_t off_hi = op.heap_offset == SYMM_P2P_NO_DIRECT ? 0xffu : (uint32_t)(op.heap_offset >> 32) & 0xffu;
           desc[1] = (uint32_t)op.heap_offset;
-          desc[2] = (uint32_t)(op.heap_offset >> 32);
+          desc[2] = off_hi | (uint32_t)(op.bytes >> 32) << 8;
+          desc[3] = (uint32_t)op.bytes;
           symm_st_release_sys(desc, call + 1);
         }
       }

@@ -484,6 +484,18 @@ fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
 }
 
 fn mismatch_error(s: &Status) -> Error {
+    if s.mine[0] == abi::P2P_SIZE_TAG {
+        let bytes = |w: &[u32; 4]| w[1] as u64 | (w[2] as u64) << 32;
+        return err!(
+            symmInvalidUsage,
+            "rank {} sends {} bytes to rank {}, which receives {} bytes: a send and its receive must have the same \
+             size (nothing was sent; the receive times out)",
+            s.rank,
+            bytes(&s.mine),
+            s.peer,
+            bytes(&s.theirs),
+        );
+    }
     // Blame the kernel only when the calls are otherwise the same: ranks that
     // called different collectives (or counts, types) often pick different
     // kernels too, and then the call is what the user must fix.

@@ -15,8 +15,8 @@ use cudarc::driver::sys::CUstream;
 
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_GROUP, P2P_MAX_OPS,
-    P2P_NO_DIRECT, P2P_RING,
+    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_DIRECT_OFFSET_LIMIT,
+    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -64,11 +64,11 @@ pub fn request(
 /// A receive buffer in this rank's symmetric heap slot (symmMemAlloc, or a
 /// registration of such memory; `known`: the registry holds it) is mapped
 /// at the same offset in every peer's view of this rank's slot: the sized
-/// kernel's sender may store into it directly. Its offset, else
-/// `P2P_NO_DIRECT`.
+/// kernel's sender may store into it directly. Its offset (below what the
+/// kernel's descriptor carries), else `P2P_NO_DIRECT`.
 fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
     let slot = comm.mem.space.slot(comm.rank);
-    if known && buf >= slot && buf - slot < comm.mem.space.stride as u64 {
+    if known && buf >= slot && buf - slot < (comm.mem.space.stride as u64).min(P2P_DIRECT_OFFSET_LIMIT) {
         buf - slot
     } else {
         P2P_NO_DIRECT

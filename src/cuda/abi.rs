@@ -187,6 +187,13 @@ pub(crate) const P2P_RING: u64 = 256;
 pub(crate) const P2P_GROUP: u32 = 128;
 pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
 pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
+/// `SYMM_P2P_SIZE_TAG`: `Status::mine[0]` / `theirs[0]` of a send and a
+/// receive that disagree on the size ([1], [2]: bytes, low and high words).
+pub(crate) const P2P_SIZE_TAG: u32 = 0xFE00_0000;
+/// Direct-push offsets the receiver's descriptor can carry (40 bits, the
+/// top byte's 0xff meaning "none"); a buffer further into the heap slot
+/// goes through the ring.
+pub(crate) const P2P_DIRECT_OFFSET_LIMIT: u64 = 0xff << 32;
 pub(crate) const P2P_SIZED_DELTA: usize = 10752;
 pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING as usize + 40 + 7 * MAX_RANKS;
 
