@@ -11,7 +11,9 @@
  * alltoall (block q of every rank goes to rank q), sendrecv (a ring in one
  * group: send to rank + 1, receive from rank - 1), sendrecv_pair (pairwise
  * exchange 0<->1, 2<->3, ...; even n > 2 only: with 2 ranks it is the ring)
- * and self_sendrecv (a rank sends to itself in one group). Inside a group
+ * self_sendrecv (a rank sends to itself in one group) and sendrecv_gather
+ * (many to one: every rank sends to rank 0, which receives block r of its
+ * output from rank r, itself included). Inside a group
  * even ranks post the send first and odd ranks the receive: the order must
  * not matter. Roots: 0, n/2 and n-1 (0 and 1 with two ranks).
  *
@@ -94,13 +96,14 @@
 #error "COLL_KERNELS_FATBIN must be defined by the build"
 #endif
 
-enum { C_AR, C_AG, C_RS, C_BC, C_RD, C_A2A, C_SR, C_PAIR, C_SELF, NCOLL };
+enum { C_AR, C_AG, C_RS, C_BC, C_RD, C_A2A, C_SR, C_PAIR, C_SELF, C_GATHER, NCOLL };
 static const char *const coll_name[NCOLL] = {"allreduce", "allgather",     "reducescatter",
                                              "broadcast", "reduce",        "alltoall",
-                                             "sendrecv",  "sendrecv_pair", "self_sendrecv"};
+                                             "sendrecv",  "sendrecv_pair", "self_sendrecv",
+                                             "sendrecv_gather"};
 static int is_reduction(int c) { return c == C_AR || c == C_RS || c == C_RD; }
 static int has_root(int c) { return c == C_BC || c == C_RD; }
-static int is_p2p(int c) { return c == C_SR || c == C_PAIR || c == C_SELF; }
+static int is_p2p(int c) { return c == C_SR || c == C_PAIR || c == C_SELF || c == C_GATHER; }
 static int has_in_place(int c) { return !is_p2p(c); }
 
 enum { AL_ALIGNED = 0, AL_BOTH = 1, AL_SEND = 2 };
@@ -278,8 +281,8 @@ static struct geom geometry(const struct mcase *k, int rank, int n) {
   g.c = k->count;
   const size_t c = g.c, es = g.es;
   g.send_elems = (k->coll == C_RS || k->coll == C_A2A) ? (size_t)n * c : c;
-  g.recv_elems = (k->coll == C_AG || k->coll == C_A2A) ? (size_t)n * c : c;
-  const int writes = !(k->coll == C_RD && k->root != rank);
+  g.recv_elems = (k->coll == C_AG || k->coll == C_A2A || (k->coll == C_GATHER && rank == 0)) ? (size_t)n * c : c;
+  const int writes = !(k->coll == C_RD && k->root != rank) && !(k->coll == C_GATHER && rank != 0);
   if (!k->inplace) {
     g.s_off = (k->align == AL_BOTH || k->align == AL_SEND) ? es : 0;
     g.r_off = k->align == AL_BOTH ? es : 0;
@@ -392,6 +395,7 @@ static uint64_t expected_at(const struct check_ctx *x, size_t i, int *kind) {
       case C_BC: return cw_gen(dt, x->seed, k->root, kk);
       case C_SR: return cw_gen(dt, x->seed, (x->rank + x->n - 1) % x->n, kk);
       case C_PAIR: return cw_gen(dt, x->seed, x->rank ^ 1, kk);
+      case C_GATHER: return cw_gen(dt, x->seed, (int)(kk / c), kk % c); /* rank 0: block r from rank r */
       default: return cw_gen(dt, x->seed, x->rank, kk);
     }
   }
@@ -515,6 +519,17 @@ static void enqueue_call(struct tw *w, const struct mcase *k, const struct geom 
       void *sp = (void *)(uintptr_t)(b->S[k->cls].p[i] + g->send_at);
       void *rp = (void *)(uintptr_t)(b->R[k->cls].p[i] + g->recv_at);
       const int n = w->nranks;
+      if (k->coll == C_GATHER) {
+        /* Many to one: every rank sends to rank 0, which receives block j
+         * from rank j (itself included), its receives posted first. */
+        const size_t block = k->count * (size_t)cw_dt[k->dt].size;
+        if (r->rank == 0)
+          for (int j = 0; j < n; j++)
+            TW_REQUIRE(r, TW_SYMM(r, symmRecv((char *)rp + (size_t)j * block, k->count, dt, j, r->comm, r->stream)),
+                       "%s", desc);
+        TW_REQUIRE(r, TW_SYMM(r, symmSend(sp, k->count, dt, 0, r->comm, r->stream)), "%s", desc);
+        continue;
+      }
       int to = r->rank, from = r->rank; /* C_SELF */
       if (k->coll == C_SR) {
         to = (r->rank + 1) % n;
@@ -1076,7 +1091,7 @@ static int option(const char *arg, void *ctx) {
   } else if (strncmp(arg, "--colls=", 8) == 0) {
     REQUIRE(parse_list(arg + 8, coll_name, NCOLL, g_opts.colls) == 0,
             "--colls: unknown collective in \"%s\" (allreduce, allgather, reducescatter, broadcast, reduce, "
-            "alltoall, sendrecv, sendrecv_pair, self_sendrecv)", arg + 8);
+            "alltoall, sendrecv, sendrecv_pair, self_sendrecv, sendrecv_gather)", arg + 8);
   } else if (strncmp(arg, "--reps=", 7) == 0) {
     g_opts.reps = atoi(arg + 7);
     REQUIRE(g_opts.reps >= 1 && g_opts.reps <= 100, "--reps must be 1..100");
