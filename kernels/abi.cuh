@@ -217,7 +217,12 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // (SymmP2PArgs::flags, peer_flags[r]); word offsets below.
 #define SYMM_P2P_CHUNK (16u << 10)          // bytes per chunk: one warp group's unit between flags
 #define SYMM_P2P_RING 256u                  // chunk slots per channel
-#define SYMM_P2P_GROUP 128u                 // threads per warp group
+#define SYMM_P2P_GROUP 128u                 // threads per warp group by default
+// SymmP2PArgs::mode bits 12-15 (the sized kernel): log2 of the threads per
+// warp group (6-9: 64-512), 0 for SYMM_P2P_GROUP. Sender and receiver may
+// differ: only the chunks carry flags.
+#define SYMM_P2P_GROUP_SHIFT 12u
+#define SYMM_P2P_GROUP_MIN 64u               // the named barriers: at most 8 groups of a 512-thread block
 #define SYMM_P2P_DIRECT_MIN (1ull << 20)    // messages from this size offer the receiver's buffer for a direct push
 #define SYMM_P2P_NO_DIRECT (~0ull)
 #define SYMM_P2P_SIZE_TAG 0xFE000000u       // SymmStatus mine[0]/theirs[0]: a send and its receive disagree on the size

@@ -128,8 +128,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // RING divides 2^32.
 static_assert((SYMM_P2P_RING & (SYMM_P2P_RING - 1)) == 0, "SYMM_P2P_RING must be a power of two");
 
-__device__ __forceinline__ void group_barrier(uint32_t group) {
-  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(SYMM_P2P_GROUP) : "memory");
+__device__ __forceinline__ void group_barrier(uint32_t group, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(threads) : "memory");
+}
+
+// Threads per warp group of this launch (mode bits 12-15; see abi.cuh).
+__device__ __forceinline__ uint32_t p2p_group_threads(uint32_t mode) {
+  const uint32_t log2 = (mode >> SYMM_P2P_GROUP_SHIFT) & 15u;
+  return log2 ? 1u << log2 : SYMM_P2P_GROUP;
 }
 
 __device__ __forceinline__ void red_add_release_sys(uint32_t* p, uint32_t v) {
@@ -151,8 +157,9 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   if (oi >= a.nops) return;
   const SymmP2POp op = a.ops[oi];
   const uint32_t peer = op.peer, jb = blockIdx.x - op.first_block;
-  const uint32_t per_block = blockDim.x / SYMM_P2P_GROUP;
-  const uint32_t group = threadIdx.x / SYMM_P2P_GROUP, lane = threadIdx.x % SYMM_P2P_GROUP;
+  const uint32_t gt = p2p_group_threads(a.mode);
+  const uint32_t per_block = blockDim.x / gt;
+  const uint32_t group = threadIdx.x / gt, lane = threadIdx.x % gt;
   const uint32_t ngroups = op.blocks * per_block, g = jb * per_block + group;
   uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
   uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
@@ -165,7 +172,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   __shared__ uint32_t base, call, direct_base;
   __shared__ uint64_t direct;
   __shared__ int failed;
-  __shared__ int group_failed[SYMM_COLL_THREADS / SYMM_P2P_GROUP];
+  __shared__ int group_failed[SYMM_COLL_THREADS / SYMM_P2P_GROUP_MIN];
   if (threadIdx.x == 0) {
     failed = 0;
     direct = SYMM_P2P_NO_DIRECT;
@@ -219,9 +226,9 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
     uint32_t sent = 0;
     for (uint32_t c = g; c < nchunks; c += ngroups, ++sent) {
       const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
-      copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, SYMM_P2P_GROUP);
+      copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, gt);
     }
-    group_barrier(group);
+    group_barrier(group, gt);
     if (lane == 0 && sent) red_add_release_sys(theirs + SYMM_P2PS_ARRIVED(a.rank), sent);
   } else if (!fail && op.is_send) {
     for (uint32_t c = g; c < nchunks; c += ngroups) {
@@ -229,14 +236,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
       if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_DONE(peer, slot), q + 1 - SYMM_P2P_RING, peer, jb))
         group_failed[group] = 1;
-      group_barrier(group);
+      group_barrier(group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
       copy_bytes_by(channel_out + (uint64_t)slot * SYMM_P2P_CHUNK, reinterpret_cast<const char*>(op.buf) + off, len,
-                    lane, SYMM_P2P_GROUP);
-      group_barrier(group);
+                    lane, gt);
+      group_barrier(group, gt);
       if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_READY(a.rank, slot), q + 1);
     }
   } else if (!fail && is_direct) {
@@ -246,14 +253,13 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       const uint32_t q = base + c, slot = q % SYMM_P2P_RING;
       const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
       if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_READY(peer, slot), q + 1, peer, jb)) group_failed[group] = 1;
-      group_barrier(group);
+      group_barrier(group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
-      copy_bytes_by(reinterpret_cast<char*>(op.buf) + off, channel_in + (uint64_t)slot * SYMM_P2P_CHUNK, len, lane,
-                    SYMM_P2P_GROUP);
-      group_barrier(group);
+      copy_bytes_by(reinterpret_cast<char*>(op.buf) + off, channel_in + (uint64_t)slot * SYMM_P2P_CHUNK, len, lane, gt);
+      group_barrier(group, gt);
       if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_DONE(a.rank, slot), q + 1);
     }
   }

@@ -98,8 +98,8 @@ pub struct Algo {
     pub pipe: bool,
     /// `p2p`: send/recv by the sized kernel: blocks by the bytes, warp
     /// groups with their own flags, direct push into a receive buffer in
-    /// the symmetric heap (kernels/sendrecv.cu). `p2p:blocks=N:kib=K` also
-    /// sets its block sizing ([`p2p::P2PShape`]).
+    /// the symmetric heap (kernels/sendrecv.cu). `p2p:blocks=N:kib=K:warps=W`
+    /// also sets its shape ([`p2p::P2PShape`]).
     pub p2p: bool,
     pub p2p_shape: p2p::P2PShape,
     /// `classic`: the copy and reduction loops of before (rank-order loads,
@@ -109,7 +109,7 @@ pub struct Algo {
 
 impl Algo {
     pub const AUTO: Algo =
-        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: p2p::P2PShape { max_blocks: 0, kib_log2: 0 }, classic: false };
+        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: p2p::P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0 }, classic: false };
 
     /// Parse tokens joined by `+` or `,`; case does not matter.
     pub fn parse(s: &str) -> std::result::Result<Algo, String> {
@@ -130,7 +130,7 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K, classic, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, joined with '+')"
                     ))
                 }
             }

@@ -16,7 +16,7 @@ use cudarc::driver::sys::CUstream;
 use crate::comm::Comm;
 use crate::cuda::abi::{
     OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_DIRECT_OFFSET_LIMIT,
-    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
+    P2P_GROUP, P2P_GROUP_SHIFT, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -97,10 +97,13 @@ pub(crate) fn all_to_all(call: &super::Call) -> Result<()> {
     launch_ops(comm, call.stream, &ops)
 }
 
-/// The sized kernel's block sizing, settable per communicator for sweeps
-/// (SYMM_ALGO / symmCommSetAlgorithm token `p2p:blocks=N:kib=K`, either
-/// part optional): at most `blocks` blocks per operation (1-64; default
-/// 16), one per `kib` KiB of it (a power of two, 16-65536; default 512).
+/// The sized kernel's shape, settable per communicator for sweeps
+/// (SYMM_ALGO / symmCommSetAlgorithm token `p2p:blocks=N:kib=K:warps=W`,
+/// every part optional): at most `blocks` blocks per operation (1-64;
+/// default 16), one per `kib` KiB of it (a power of two, 16-65536; default
+/// 512), `warps` warps per warp group (2, 4, 8 or 16; default 4: each group
+/// moves whole 16 KiB chunks between its flags, so fewer, larger groups put
+/// the same bytes in flight with fewer flags).
 /// The measured ceiling of 16 blocks is about 14.5 GB/s per SM across
 /// NVLink, 233 GB/s (docs/PERFORMANCE.md): more blocks put more bytes in
 /// flight. Any count is correct: every chunk carries its own flags and a
@@ -113,6 +116,8 @@ pub struct P2PShape {
     pub max_blocks: u8,
     /// log2 of the KiB per block; 0: the default.
     pub kib_log2: u8,
+    /// log2 of the threads per warp group (6-9); 0: the default (128).
+    pub group_log2: u8,
 }
 
 impl P2PShape {
@@ -120,6 +125,7 @@ impl P2PShape {
     const MAX_BLOCKS: u32 = 64;
     const DEFAULT_KIB_LOG2: u32 = 9;
     const KIB_LOG2: std::ops::RangeInclusive<u32> = 4..=16;
+    const WARPS: [u32; 4] = [2, 4, 8, 16];
 
     fn blocks_cap(self) -> u32 {
         if self.max_blocks == 0 { Self::DEFAULT_BLOCKS } else { self.max_blocks as u32 }
@@ -143,19 +149,28 @@ impl P2PShape {
                     shape.kib_log2 = v.trailing_zeros() as u8
                 }
                 "kib" => return Err(format!("kib={v}: a power of two from 16 to 65536")),
-                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib)")),
+                "warps" if Self::WARPS.contains(&v) => shape.group_log2 = (32 * v).trailing_zeros() as u8,
+                "warps" => return Err(format!("warps={v}: 2, 4, 8 or 16")),
+                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps)")),
             }
         }
         Ok(shape)
     }
 
-    /// Six bits of blocks (0-64 fits seven), five of the KiB's log2.
+    /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
+    /// group's.
     pub fn to_bits(self) -> u32 {
-        self.max_blocks as u32 | (self.kib_log2 as u32) << 7
+        self.max_blocks as u32 | (self.kib_log2 as u32) << 7 | (self.group_log2 as u32) << 12
     }
 
     pub fn from_bits(b: u32) -> P2PShape {
-        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8 }
+        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8, group_log2: ((b >> 12) & 0xf) as u8 }
+    }
+
+    /// The launch's mode bits that carry the group size (kernels/abi.cuh
+    /// SYMM_P2P_GROUP_SHIFT).
+    fn mode_bits(self) -> u32 {
+        (self.group_log2 as u32) << P2P_GROUP_SHIFT
     }
 }
 
@@ -167,6 +182,9 @@ impl std::fmt::Display for P2PShape {
         }
         if self.kib_log2 != 0 {
             write!(f, ":kib={}", 1u32 << self.kib_log2)?;
+        }
+        if self.group_log2 != 0 {
+            write!(f, ":warps={}", (1u32 << self.group_log2) / 32)?;
         }
         Ok(())
     }
@@ -240,6 +258,9 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
         if algo.classic {
             a.mode |= MODE_CLASSIC;
         }
+        if algo.p2p {
+            a.mode |= algo.p2p_shape.mode_bits();
+        }
         let grid = first;
         let mut params = [(&mut a as *mut P2PArgs).cast::<c_void>()];
         launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)?;
@@ -278,10 +299,13 @@ mod tests {
         assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
         assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
         assert_eq!(P2PShape::parse(":kib=128").unwrap().to_string(), ":kib=128");
-        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=4", ":blocks"] {
+        let groups = P2PShape::parse(":warps=16").unwrap();
+        assert_eq!((groups.group_log2, groups.mode_bits()), (9, 9 << 12), "512 threads: one group a block");
+        assert_eq!(P2PShape::parse(":warps=2").unwrap().group_log2, 6);
+        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks"] {
             assert!(P2PShape::parse(bad).is_err(), "{bad}");
         }
-        for shape in [wide, fine, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16 }] {
+        for shape in [wide, fine, groups, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6 }] {
             assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
             assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
         }

@@ -185,6 +185,9 @@ pub(crate) const P2P_FLAG_WORDS: usize = 4 * P2P_BLOCKS as usize * MAX_RANKS;
 pub(crate) const P2P_CHUNK: u64 = 16 << 10;
 pub(crate) const P2P_RING: u64 = 256;
 pub(crate) const P2P_GROUP: u32 = 128;
+/// `SYMM_P2P_GROUP_SHIFT`: the sized kernel's mode bits 12-15 hold log2 of
+/// its threads per warp group (0: `P2P_GROUP`).
+pub(crate) const P2P_GROUP_SHIFT: u32 = 12;
 pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
 pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
 /// `SYMM_P2P_SIZE_TAG`: `Status::mine[0]` / `theirs[0]` of a send and a
