@@ -142,23 +142,15 @@ static void body(struct tw *tw, void *ctx) {
     }
     /* Ranks 2 and up launched nothing and wait here. */
     tw_host_barrier(tw, "before teardown");
-    for (int i = 0; i < tw->nlocal; i++) {
-      struct tw_rank *r = &tw->r[i];
-      if (r->rank > 1) continue;
-      tw_phase("rank %d: abort after %s", r->rank, case_name[k]);
-      symmResult_t rc = symmCommAbort(r->comm);
-      TW_CHECK(r, rc == symmSuccess, "symmCommAbort: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-      r->comm = NULL;
-    }
+    for (int i = 0; i < tw->nlocal; i++)
+      if (tw->r[i].rank <= 1) cw_abort(&tw->r[i], case_name[k]);
     tw_destroy_comms(tw);
   }
 }
 
 int main(int argc, char **argv) {
-  setenv("SYMM_TIMEOUT", "2", 0);
   setenv("SYMM_ALGO", "p2p", 0);
-  timeout_s = atof(getenv("SYMM_TIMEOUT"));
-  if (timeout_s <= 0) timeout_s = 2;
+  timeout_s = cw_short_timeout("2");
   static struct tw_spec spec = {.name = "coll_p2p_size", .modes = "mp,all", .kernels = 1, .body = body};
   spec.limit_s = NCASES * (120 + timeout_s);
   spec.process_init = cw_process_init;

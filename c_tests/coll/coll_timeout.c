@@ -108,12 +108,7 @@ static void body(struct tw *tw, void *ctx) {
      * asynchronous error. */
     tw_others_wait_rank0(tw, k, timeout_s + 90);
     tw_host_barrier(tw, "before teardown");
-    if (r0) {
-      tw_phase("rank 0: abort after %s", case_name[k]);
-      symmResult_t rc = symmCommAbort(r0->comm);
-      TW_CHECK(r0, rc == symmSuccess, "symmCommAbort: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
-      r0->comm = NULL;
-    }
+    if (r0) cw_abort(r0, case_name[k]);
     /* The others free their symmetric buffers (local unmaps once the
      * group is gone) by destroying their communicators. */
     tw_destroy_comms(tw);
@@ -121,9 +116,7 @@ static void body(struct tw *tw, void *ctx) {
 }
 
 int main(int argc, char **argv) {
-  setenv("SYMM_TIMEOUT", "2", 0);
-  timeout_s = atof(getenv("SYMM_TIMEOUT"));
-  if (timeout_s <= 0) timeout_s = 2;
+  timeout_s = cw_short_timeout("2");
   static struct tw_spec spec = {.name = "coll_timeout", .modes = "mp,all", .kernels = 1, .body = body};
   spec.limit_s = NCASES * (120 + timeout_s);
   spec.process_init = cw_process_init;

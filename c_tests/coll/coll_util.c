@@ -490,3 +490,16 @@ void cw_process_init(struct tw *tw, void *ctx) {
   load_extra_api();
   tables_init();
 }
+
+double cw_short_timeout(const char *dflt) {
+  setenv("SYMM_TIMEOUT", dflt, 0);
+  const double t = atof(getenv("SYMM_TIMEOUT"));
+  return t > 0 ? t : atof(dflt);
+}
+
+void cw_abort(struct tw_rank *r, const char *after) {
+  tw_phase("rank %d: abort after %s", r->rank, after);
+  symmResult_t rc = symmCommAbort(r->comm);
+  TW_CHECK(r, rc == symmSuccess, "symmCommAbort: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
+  r->comm = NULL;
+}

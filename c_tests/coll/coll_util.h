@@ -160,4 +160,13 @@ int cw_threads(void);
 /* Seconds since the epoch as a seed, unless COLL_SEED is set. */
 uint64_t cw_pick_seed(void);
 
+/* ---- tests that break a communicator on purpose ---------------------------- */
+
+/* SYMM_TIMEOUT in seconds, set to `dflt` first when unset (a test of
+ * device-side errors wants them in seconds, not the harness's 30). */
+double cw_short_timeout(const char *dflt);
+/* symmCommAbort on r's communicator (checked, `after` naming the case);
+ * r->comm is NULL afterwards, so tw_destroy_comms skips it. */
+void cw_abort(struct tw_rank *r, const char *after);
+
 #endif /* SYMM_COLL_UTIL_H */
