@@ -813,6 +813,17 @@ symmResult_t symmReduce(const void *sendbuff, void *recvbuff, size_t count, symm
 symmResult_t symmAllToAll(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
+ * All-to-all with a count and a displacement per peer, in elements (the
+ * arguments of MPI_Alltoallv and RCCL's ncclAllToAllv): sendcounts[p]
+ * elements at sendbuff + sdispls[p] go to rank p, which receives them at
+ * its recvbuff + rdispls[this rank], recvcounts[this rank] being that same
+ * count. Each array has one entry per rank; zero counts move nothing.
+ * Out of place only; receive blocks must not overlap. The counts are on the
+ * host; nothing synchronizes.
+ */
+symmResult_t symmAllToAllv(const void *sendbuff, const size_t *sendcounts, const size_t *sdispls, void *recvbuff, const size_t *recvcounts, const size_t *rdispls, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+
+/**
  * Send count elements to `peer`, matched in order with its symmRecv.
  * Inside symmGroupStart/End, launched with the group's other sends and
  * receives at symmGroupEnd.

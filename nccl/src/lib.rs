@@ -610,6 +610,50 @@ nccl_api!(ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclAlltoAll, "ncclAlltoAll")?(sendbuff, recvbuff, count, datatype, rc, stream) }))
 });
 
+// RCCL's all-to-all-v (NCCL has none): natively one symmAllToAllv launch;
+// forwarded, the real NCCL's sends and receives in one group, as RCCL and
+// PyTorch build it.
+nccl_api!(ncclAllToAllv / pncclAllToAllv(sendbuff: *const c_void, sendcounts: *const usize, sdispls: *const usize, recvbuff: *mut c_void, recvcounts: *const usize, rdispls: *const usize, datatype: c_int, comm: NcclComm, stream: Stream) -> c_int {
+    dispatch("ncclAllToAllv", comm, builtin(datatype, None),
+        // SAFETY (both closures): the caller's arguments; the forward path reads nranks entries of each array.
+        |s| unsafe { symm::symmAllToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, datatype, s, stream) },
+        |r, rc| {
+            let c = comm::get(comm)?;
+            let n = c.nranks.max(0) as usize;
+            for (p, name) in [(sendcounts, "sendcounts"), (sdispls, "sdispls"), (recvcounts, "recvcounts"), (rdispls, "rdispls")] {
+                not_null(p, name)?;
+            }
+            let size = type_size(datatype);
+            if size == 0 {
+                return Err(Error::new(NCCL_INVALID_ARGUMENT, format!("datatype {datatype} is not one of NCCL's types")));
+            }
+            let at = |displ: usize, name: &str| {
+                displ.checked_mul(size).ok_or_else(|| Error::new(NCCL_INVALID_ARGUMENT, format!("{name}: displacement {displ} overflows")))
+            };
+            // Every offset first: nothing may fail between group start and end.
+            let mut plan = Vec::with_capacity(n);
+            for p in 0..n {
+                let (scount, sdispl, rcount, rdispl) = unsafe { (*sendcounts.add(p), *sdispls.add(p), *recvcounts.add(p), *rdispls.add(p)) };
+                plan.push((scount, at(sdispl, "sdispls")?, rcount, at(rdispl, "rdispls")?));
+            }
+            let (send, recv) = (real::func(r, r.api.ncclSend, "ncclSend")?, real::func(r, r.api.ncclRecv, "ncclRecv")?);
+            let (start, end) = (real::func(r, r.api.ncclGroupStart, "ncclGroupStart")?, real::func(r, r.api.ncclGroupEnd, "ncclGroupEnd")?);
+            real::check(r, unsafe { start() }, rc, "ncclGroupStart")?;
+            let mut code = 0;
+            for (p, &(scount, soff, rcount, roff)) in plan.iter().enumerate() {
+                if code == 0 && scount > 0 {
+                    code = unsafe { send((sendbuff as *const u8).wrapping_add(soff).cast(), scount, datatype, p as c_int, rc, stream) };
+                }
+                if code == 0 && rcount > 0 {
+                    code = unsafe { recv((recvbuff as *mut u8).wrapping_add(roff).cast(), rcount, datatype, p as c_int, rc, stream) };
+                }
+            }
+            // The group ends whatever happened inside it.
+            let end = unsafe { end() };
+            Ok(if code != 0 { code } else { end })
+        })
+});
+
 // Gather and scatter as NCCL builds them: sends and receives in a group.
 nccl_api!(ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
     dispatch_with("ncclGather", comm, builtin(datatype, None),

@@ -48,6 +48,18 @@ extern "C" {
     pub fn symmBroadcast(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, root: c_int, c: SymmComm, st: Stream) -> c_int;
     pub fn symmReduce(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, op: c_int, root: c_int, c: SymmComm, st: Stream) -> c_int;
     pub fn symmAllToAll(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, c: SymmComm, st: Stream) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn symmAllToAllv(
+        s: *const c_void,
+        sc: *const usize,
+        sd: *const usize,
+        r: *mut c_void,
+        rc: *const usize,
+        rd: *const usize,
+        dt: c_int,
+        c: SymmComm,
+        st: Stream,
+    ) -> c_int;
     pub fn symmSend(s: *const c_void, n: usize, dt: c_int, peer: c_int, c: SymmComm, st: Stream) -> c_int;
     pub fn symmRecv(r: *mut c_void, n: usize, dt: c_int, peer: c_int, c: SymmComm, st: Stream) -> c_int;
 }

@@ -127,6 +127,9 @@ FUNCTIONS: list[Function] = [
     Function("symmReduce", symmResult_t,
              [buffer_t, buffer_t, c_size_t, symmDataType_t, symmRedOp_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmAllToAll", symmResult_t, [buffer_t, buffer_t, c_size_t, symmDataType_t, symmComm_t, cudaStream_t]),
+    Function("symmAllToAllv", symmResult_t,
+             [buffer_t, P(c_size_t), P(c_size_t), buffer_t, P(c_size_t), P(c_size_t), symmDataType_t, symmComm_t,
+              cudaStream_t]),
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
@@ -502,6 +505,12 @@ class SymmLibrary:
 
     def symmAllToAll(self, send, recv, count, dtype, comm, stream) -> None:
         self.call("symmAllToAll", send, recv, count, dtype, comm, stream, comm=comm)
+
+    def symmAllToAllv(self, send, sendcounts, sdispls, recv, recvcounts, rdispls, dtype, comm, stream) -> None:
+        """Counts and displacements: sequences of one int per rank (elements)."""
+        arrays = [(c_size_t * len(a))(*a) for a in (sendcounts, sdispls, recvcounts, rdispls)]
+        self.call("symmAllToAllv", send, arrays[0], arrays[1], recv, arrays[2], arrays[3], dtype, comm, stream,
+                  comm=comm)
 
     def symmSend(self, send, count, dtype, peer, comm, stream) -> None:
         self.call("symmSend", send, count, dtype, peer, comm, stream, comm=comm)

@@ -22,7 +22,6 @@ from ._torch import (
     current_device,
     invalid,
     movement_type,
-    not_supported,
     optional_torch,
     reduction_type,
     require_torch,
@@ -456,26 +455,52 @@ class Communicator:
         return out
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
-        """Equal-block all-to-all: block r of ``output`` = block ``rank`` of rank
-        r's ``input`` (blocks along dim 0, as torch.distributed's). Uneven
-        splits are not supported (SymmNotSupportedError)."""
+        """All-to-all along dim 0, as torch.distributed's: without split sizes
+        block r of ``output`` = block ``rank`` of rank r's ``input`` (equal
+        blocks); with them, ``input_split_sizes[r]`` rows of ``input`` go to
+        rank r and ``output_split_sizes[r]`` rows come from it, in rank order
+        (symmAllToAllv; a size left out means equal splits). Any dtype."""
         self._tensor(output, "output")
         self._tensor(input, "input")
         self._same_dtype(output, input)
-        for name, splits in (("output_split_sizes", output_split_sizes), ("input_split_sizes", input_split_sizes)):
-            if splits is not None:
-                splits = list(splits)
-                if len(splits) != self.world_size or len(set(splits)) > 1:
-                    raise not_supported(f"{name}={splits}: symmcomm's all-to-all moves equal blocks only "
-                                        "(leave the split sizes out, or make them all equal)")
-        if output.numel() != input.numel():
-            raise invalid(f"output has {output.numel()} elements and input {input.numel()}; they must be equal")
-        if input.numel() % self.world_size:
-            raise invalid(f"input has {input.numel()} elements, not a multiple of {self.world_size} ranks")
         dt, factor = movement_type(input.dtype)
-        self._lib.symmAllToAll(input.data_ptr(), output.data_ptr(), input.numel() // self.world_size * factor, dt,
-                               self.handle, self._stream(stream))
+        if output_split_sizes is None and input_split_sizes is None:
+            if output.numel() != input.numel():
+                raise invalid(f"output has {output.numel()} elements and input {input.numel()}; they must be equal")
+            if input.numel() % self.world_size:
+                raise invalid(f"input has {input.numel()} elements, not a multiple of {self.world_size} ranks")
+            self._lib.symmAllToAll(input.data_ptr(), output.data_ptr(), input.numel() // self.world_size * factor,
+                                   dt, self.handle, self._stream(stream))
+            return output
+        send_counts, send_displs = self._splits(input, input_split_sizes, "input_split_sizes", factor)
+        recv_counts, recv_displs = self._splits(output, output_split_sizes, "output_split_sizes", factor)
+        self._lib.symmAllToAllv(input.data_ptr(), send_counts, send_displs, output.data_ptr(), recv_counts,
+                                recv_displs, dt, self.handle, self._stream(stream))
         return output
+
+    def _splits(self, t, splits, name: str, factor: int):
+        """Element counts and displacements per rank of ``t`` split along dim 0
+        by ``splits`` (rows; None: equal)."""
+        rows = t.shape[0] if t.dim() else 1
+        row = t.numel() // rows if rows else 0
+        if splits is None:
+            if rows % self.world_size:
+                raise invalid(f"{name} is None but dim 0 of the tensor ({rows}) is not a multiple of "
+                              f"{self.world_size} ranks")
+            splits = [rows // self.world_size] * self.world_size
+        splits = [_int_arg(v, name) for v in splits]
+        if len(splits) != self.world_size:
+            raise invalid(f"{name} has {len(splits)} entries; it needs one per rank ({self.world_size})")
+        if any(v < 0 for v in splits):
+            raise invalid(f"{name}={splits}: split sizes cannot be negative")
+        if sum(splits) != rows:
+            raise invalid(f"{name}={splits} sums to {sum(splits)} rows; the tensor has {rows}")
+        counts, displs, at = [], [], 0
+        for v in splits:
+            counts.append(v * row * factor)
+            displs.append(at)
+            at += v * row * factor
+        return counts, displs
 
     def send(self, tensor, dst: int, *, stream=None) -> None:
         """Send ``tensor`` to rank ``dst`` (matched in order with its recv;

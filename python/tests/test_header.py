@@ -80,6 +80,7 @@ C_TO_CTYPES = {
     "const int *": P(ctypes.c_int),
     "size_t": ctypes.c_size_t,
     "size_t *": P(ctypes.c_size_t),
+    "const size_t *": P(ctypes.c_size_t),
     "uint32_t": ctypes.c_uint32,
     "uint32_t *": P(ctypes.c_uint32),
     "float": ctypes.c_float,

@@ -17,6 +17,7 @@
 pub mod allgather;
 pub mod allreduce;
 pub mod alltoall;
+pub mod alltoallv;
 pub mod broadcast;
 pub mod copy_engine;
 pub mod p2p;

@@ -66,7 +66,7 @@ pub fn request(
 /// at the same offset in every peer's view of this rank's slot: the sized
 /// kernel's sender may store into it directly. Its offset (below what the
 /// kernel's descriptor carries), else `P2P_NO_DIRECT`.
-fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
+pub(crate) fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
     let slot = comm.mem.space.slot(comm.rank);
     if known && buf >= slot && buf - slot < (comm.mem.space.stride as u64).min(P2P_DIRECT_OFFSET_LIMIT) {
         buf - slot

@@ -148,6 +148,42 @@ pub extern "C" fn symmAllToAll(
     collective("symmAllToAll", comm, stream, req, coll::alltoall::all_to_all)
 }
 
+/// All-to-all with a count and a displacement per peer, in elements (the
+/// arguments of MPI_Alltoallv and RCCL's ncclAllToAllv): sendcounts[p]
+/// elements at sendbuff + sdispls[p] go to rank p, which receives them at
+/// its recvbuff + rdispls[this rank], recvcounts[this rank] being that same
+/// count. Each array has one entry per rank; zero counts move nothing.
+/// Out of place only; receive blocks must not overlap. The counts are on the
+/// host; nothing synchronizes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllToAllv(
+    sendbuff: *const c_void,
+    sendcounts: *const usize,
+    sdispls: *const usize,
+    recvbuff: *mut c_void,
+    recvcounts: *const usize,
+    rdispls: *const usize,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    boundary("symmAllToAllv", comm, || {
+        let c = comm_arg(comm)?;
+        let n = c.nranks;
+        let array = |p: *const usize, name: &str| -> crate::error::Result<&[usize]> {
+            if p.is_null() {
+                crate::error::bail!(symmInvalidArgument, "{name} is NULL (it needs one entry per rank, {n})");
+            }
+            // SAFETY: the caller passes nranks entries (documented); checked non-null.
+            Ok(unsafe { std::slice::from_raw_parts(p, n) })
+        };
+        let (sc, sd) = (array(sendcounts, "sendcounts")?, array(sdispls, "sdispls")?);
+        let (rc, rd) = (array(recvcounts, "recvcounts")?, array(rdispls, "rdispls")?);
+        coll::alltoallv::all_to_all_v(&c, sendbuff, sc, sd, recvbuff, rc, rd, datatype, stream.cast())
+    })
+}
+
 /// Send count elements to `peer`, matched in order with its symmRecv.
 /// Inside symmGroupStart/End, launched with the group's other sends and
 /// receives at symmGroupEnd.

@@ -166,8 +166,8 @@ def reducible(name: str, op: ReduceOp) -> bool:
 @check
 def collectives_every_dtype(c: Ctx):
     """all_reduce (every op, in place and out of place), reduce_scatter_tensor,
-    reduce, all_gather_into_tensor, broadcast, all_to_all_single, send/recv
-    (grouped ring and plain pair), every dtype, three sizes, fp64/exact
+    reduce, all_gather_into_tensor, broadcast, all_to_all_single (equal and
+    uneven splits), send/recv (grouped ring and plain pair), every dtype, three sizes, fp64/exact
     reference; dtypes symmcomm cannot reduce must raise."""
     comm, dev, W, R = c.comm, c.device, c.world, c.rank
     unsupported = []
@@ -228,6 +228,20 @@ def collectives_every_dtype(c: Ctx):
             comm.all_to_all_single(a2a_out, as_dtype(a2a_in[R], dtype))
             a2a_want = as_dtype(torch.cat([a2a_in[r][R * n:(R + 1) * n] for r in range(W)]), dtype)
             c.expect(same(a2a_out, a2a_want, dtype), f"all_to_all_single {tag}")
+            # Uneven splits (symmAllToAllv): rank r sends (r + q) % 3 rows of 2
+            # to rank q (none for some pairs), rows of value 10 r + q.
+            rows_to = [(R + q) % 3 for q in range(W)]
+            rows_from = [(q + R) % 3 for q in range(W)]
+
+            def rows(counts, value):
+                return torch.cat([torch.full((k, 2), value(q), dtype=torch.int64, device=dev)
+                                  for q, k in enumerate(counts)])
+
+            v_in = as_dtype(rows(rows_to, lambda q: 10 * R + q), dtype)
+            v_out = torch.empty((sum(rows_from), 2), dtype=dtype, device=dev)
+            comm.all_to_all_single(v_out, v_in, output_split_sizes=rows_from, input_split_sizes=rows_to)
+            v_want = as_dtype(rows(rows_from, lambda q: 10 * q + R), dtype)
+            c.expect(same(v_out, v_want, dtype), f"all_to_all_single with uneven splits {tag}")
             recv = torch.empty_like(mine)
             comm.batch_isend_irecv([symmcomm.P2POp("send", mine, (R + 1) % W),
                                     symmcomm.P2POp("recv", recv, (R - 1) % W)])
