@@ -126,6 +126,9 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmBroadcast(FAKE_PTR, FAKE_PTR, 4, symmUint64, 0, bad, NULL), want, NULL, "symmBroadcast", kw);
   EXPECT(symmReduce(FAKE_PTR, FAKE_PTR, 4, symmFloat16, symmProd, 0, bad, NULL), want, NULL, "symmReduce", kw);
   EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, 4, symmInt32, bad, NULL), want, NULL, "symmAllToAll", kw);
+  const size_t v_counts[1] = {4};
+  EXPECT(symmAllToAllv(FAKE_PTR, v_counts, v_counts, FAKE_PTR, v_counts, v_counts, symmInt32, bad, NULL), want, NULL,
+         "symmAllToAllv", kw);
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
@@ -412,6 +415,13 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          "root 7");
   EXPECT(symmAllToAll(FAKE_PTR, FAKE_PTR, SIZE_MAX / 3, symmInt64, a, NULL), symmInvalidArgument, a, "symmAllToAll",
          "overflow");
+  const size_t v_one[1] = {4}, v_zero[1] = {0};
+  EXPECT(symmAllToAllv(FAKE_PTR, NULL, v_zero, FAKE_PTR, v_one, v_zero, symmInt8, a, NULL), symmInvalidArgument, a,
+         "symmAllToAllv", "sendcounts");
+  EXPECT(symmAllToAllv(FAKE_PTR, v_one, v_zero, FAKE_PTR, v_one, v_zero, (symmDataType_t)42, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllv", "datatype 42");
+  EXPECT(symmAllToAllv(FAKE_PTR, v_one, v_zero, FAKE_PTR, v_one, v_zero, symmInt8, a, NULL), symmInvalidArgument, a,
+         "symmAllToAllv", "overlap");
   EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
   EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");
   EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");
