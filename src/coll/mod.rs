@@ -18,12 +18,15 @@ pub mod allgather;
 pub mod allreduce;
 pub mod alltoall;
 pub mod alltoallv;
+mod algo;
 pub mod broadcast;
 pub mod copy_engine;
 pub mod p2p;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod timeline;
+
+pub use algo::{Algo, AlgoCell, Base, P2PShape};
 #[cfg(test)]
 mod pipe_model;
 
@@ -65,145 +68,6 @@ impl CollId {
             CollId::Reduce => "symmReduce",
             CollId::AllToAll => "symmAllToAll",
         }
-    }
-}
-
-/// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Base {
-    /// LL packets for small messages, then by size and rank count.
-    Auto,
-    /// LL packets wherever the message fits the LL slots.
-    Ll,
-    /// All-reduce one-shot, no LL anywhere.
-    OneShot,
-    /// All-reduce two-shot, no LL anywhere.
-    TwoShot,
-}
-
-/// `SYMM_ALGO` (or symmCommSetAlgorithm): a base choice plus opt-in
-/// kernels, written as tokens joined by `+` or `,` (e.g. `twoshot+push`).
-/// Every rank of a communicator must choose the same; the kernels compare
-/// the protocol at their first sync and fail on a mismatch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Algo {
-    pub base: Base,
-    /// `push`: two-shot all-reduce with symmetric/registered send and recv
-    /// reduces its slice from the peers' inputs and stores it into every
-    /// rank's output, with a sync at entry and exit only
-    /// (kernels/allreduce_push.cu).
-    pub push: bool,
-    /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
-    /// and the staged reduce-scatter go through scratch slots with
-    /// per-chunk flags instead of whole-grid syncs (kernels/pipe.cuh).
-    pub pipe: bool,
-    /// `p2p`: send/recv by the sized kernel: blocks by the bytes, warp
-    /// groups with their own flags, direct push into a receive buffer in
-    /// the symmetric heap (kernels/sendrecv.cu). `p2p:blocks=N:kib=K:warps=W`
-    /// also sets its shape ([`p2p::P2PShape`]).
-    pub p2p: bool,
-    pub p2p_shape: p2p::P2PShape,
-    /// `classic`: the copy and reduction loops of before (rank-order loads,
-    /// shallow copies of small ranges), for A/B measurements.
-    pub classic: bool,
-}
-
-impl Algo {
-    pub const AUTO: Algo =
-        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: p2p::P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0 }, classic: false };
-
-    /// Parse tokens joined by `+` or `,`; case does not matter.
-    pub fn parse(s: &str) -> std::result::Result<Algo, String> {
-        let mut a = Algo::AUTO;
-        let mut bases = 0;
-        for tok in s.split(['+', ',']).map(|t| t.trim().to_ascii_lowercase()) {
-            match tok.as_str() {
-                "" => {}
-                "auto" => bases += 1,
-                "ll" => (a.base, bases) = (Base::Ll, bases + 1),
-                "oneshot" | "one_shot" | "one-shot" => (a.base, bases) = (Base::OneShot, bases + 1),
-                "twoshot" | "two_shot" | "two-shot" => (a.base, bases) = (Base::TwoShot, bases + 1),
-                "push" => a.push = true,
-                "pipe" => a.pipe = true,
-                "p2p" => a.p2p = true,
-                "classic" => a.classic = true,
-                t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, p2p::P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
-                other => {
-                    return Err(format!(
-                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, joined with '+')"
-                    ))
-                }
-            }
-        }
-        if bases > 1 {
-            return Err(format!("\"{s}\" names more than one of auto, ll, oneshot, twoshot"));
-        }
-        Ok(a)
-    }
-
-    /// `SYMM_ALGO`, parsed once per process: an invalid value is warned
-    /// about once and means `auto` (for every communicator, and for
-    /// symmCommSetAlgorithm(comm, NULL)).
-    pub fn from_env() -> Algo {
-        static PARSED: std::sync::OnceLock<Algo> = std::sync::OnceLock::new();
-        *PARSED.get_or_init(|| {
-            Algo::parse(&crate::config::get().algo).unwrap_or_else(|e| {
-                log::warn!(target: "symmcomm::coll", "SYMM_ALGO: {e}; using auto");
-                Algo::AUTO
-            })
-        })
-    }
-
-    fn to_bits(self) -> u32 {
-        let base = match self.base {
-            Base::Auto => 0,
-            Base::Ll => 1,
-            Base::OneShot => 2,
-            Base::TwoShot => 3,
-        };
-        base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
-            | self.p2p_shape.to_bits() << 6
-    }
-
-    fn from_bits(b: u32) -> Algo {
-        let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
-        let p2p_shape = p2p::P2PShape::from_bits(b >> 6);
-        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0 }
-    }
-}
-
-impl std::fmt::Display for Algo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut parts = vec![match self.base {
-            Base::Auto => "auto",
-            Base::Ll => "ll",
-            Base::OneShot => "oneshot",
-            Base::TwoShot => "twoshot",
-        }];
-        let p2p = format!("p2p{}", self.p2p_shape);
-        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, p2p.as_str()), (self.classic, "classic")] {
-            if on {
-                parts.push(name);
-            }
-        }
-        f.write_str(&parts.join("+"))
-    }
-}
-
-/// A communicator's algorithm choice, replaceable at run time by the
-/// test/benchmark setter (symmCommSetAlgorithm).
-pub struct AlgoCell(std::sync::atomic::AtomicU32);
-
-impl AlgoCell {
-    pub fn new(a: Algo) -> AlgoCell {
-        AlgoCell(std::sync::atomic::AtomicU32::new(a.to_bits()))
-    }
-    pub fn get(&self) -> Algo {
-        Algo::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
-    }
-    pub fn set(&self, a: Algo) {
-        self.0.store(a.to_bits(), std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -855,33 +719,6 @@ mod tests {
         assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
         let chosen = Algo::parse("twoshot+pipe").unwrap();
         assert_eq!(default_algo(chosen, 2), chosen);
-    }
-
-    #[test]
-    fn algo_tokens() {
-        assert_eq!(Algo::parse("").unwrap(), Algo::AUTO);
-        assert_eq!(Algo::parse("auto").unwrap(), Algo::AUTO);
-        let a = Algo::parse("TwoShot+push, pipe+p2p").unwrap();
-        assert_eq!(a.base, Base::TwoShot);
-        assert!(a.push && a.pipe && a.p2p && !a.classic);
-        assert_eq!(a.to_string(), "twoshot+push+pipe+p2p");
-        let c = Algo::parse("classic").unwrap();
-        assert!(c.classic && c.base == Base::Auto && !c.push);
-        assert!(Algo::parse("oneshot+twoshot").is_err(), "two base choices");
-        assert!(Algo::parse("fast").unwrap_err().contains("fast"));
-        for bits in 0..64 {
-            let a = Algo::from_bits(bits);
-            assert_eq!(Algo::from_bits(a.to_bits()), a);
-            assert_eq!(Algo::parse(&a.to_string()).unwrap(), a, "{a} round-trips through its name");
-        }
-        let wide = Algo::parse("p2p:blocks=64:kib=128+classic").unwrap();
-        assert!(wide.p2p && wide.classic && wide.p2p_shape.max_blocks == 64);
-        assert_eq!(wide.to_string(), "auto+p2p:blocks=64:kib=128+classic");
-        assert_eq!(Algo::from_bits(wide.to_bits()), wide);
-        assert!(Algo::parse("p2p:blocks=99").unwrap_err().contains("blocks=99"));
-        let cell = AlgoCell::new(Algo::AUTO);
-        cell.set(a);
-        assert_eq!(cell.get(), a);
     }
 
     #[test]

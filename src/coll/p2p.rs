@@ -13,10 +13,11 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::CUstream;
 
+use super::algo::P2PShape;
 use crate::comm::Comm;
 use crate::cuda::abi::{
     OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_DIRECT_OFFSET_LIMIT,
-    P2P_GROUP, P2P_GROUP_SHIFT, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
+    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -95,99 +96,6 @@ pub(crate) fn all_to_all(call: &super::Call) -> Result<()> {
         ops.push(P2POp { buf: recv, bytes: block, peer: peer as u32, is_send: 0, heap_offset, ..Default::default() });
     }
     launch_ops(comm, call.stream, &ops)
-}
-
-/// The sized kernel's shape, settable per communicator for sweeps
-/// (SYMM_ALGO / symmCommSetAlgorithm token `p2p:blocks=N:kib=K:warps=W`,
-/// every part optional): at most `blocks` blocks per operation (1-64;
-/// default 16), one per `kib` KiB of it (a power of two, 16-65536; default
-/// 512), `warps` warps per warp group (2, 4, 8 or 16; default 4: each group
-/// moves whole 16 KiB chunks between its flags, so fewer, larger groups put
-/// the same bytes in flight with fewer flags).
-/// The measured ceiling of 16 blocks is about 14.5 GB/s per SM across
-/// NVLink, 233 GB/s (docs/PERFORMANCE.md): more blocks put more bytes in
-/// flight. Any count is correct: every chunk carries its own flags and a
-/// wait only ever points at an earlier chunk of the channel, so up to the
-/// ring's 256 warp groups (64 blocks x 4) may share it, each with one
-/// chunk of slack at 64.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct P2PShape {
-    /// 0: the default.
-    pub max_blocks: u8,
-    /// log2 of the KiB per block; 0: the default.
-    pub kib_log2: u8,
-    /// log2 of the threads per warp group (6-9); 0: the default (128).
-    pub group_log2: u8,
-}
-
-impl P2PShape {
-    const DEFAULT_BLOCKS: u32 = 16;
-    const MAX_BLOCKS: u32 = 64;
-    const DEFAULT_KIB_LOG2: u32 = 9;
-    const KIB_LOG2: std::ops::RangeInclusive<u32> = 4..=16;
-    const WARPS: [u32; 4] = [2, 4, 8, 16];
-
-    fn blocks_cap(self) -> u32 {
-        if self.max_blocks == 0 { Self::DEFAULT_BLOCKS } else { self.max_blocks as u32 }
-    }
-
-    fn bytes_per_block(self) -> u64 {
-        let log2 = if self.kib_log2 == 0 { Self::DEFAULT_KIB_LOG2 } else { self.kib_log2 as u32 };
-        1024 << log2
-    }
-
-    /// `p2p:blocks=N:kib=K` (the part after `p2p`, e.g. ":blocks=64").
-    pub fn parse(params: &str) -> std::result::Result<P2PShape, String> {
-        let mut shape = P2PShape::default();
-        for part in params.split(':').filter(|p| !p.is_empty()) {
-            let (key, value) = part.split_once('=').ok_or_else(|| format!("\"{part}\" is not KEY=VALUE"))?;
-            let v: u32 = value.parse().map_err(|_| format!("\"{value}\" is not a number"))?;
-            match key {
-                "blocks" if (1..=Self::MAX_BLOCKS).contains(&v) => shape.max_blocks = v as u8,
-                "blocks" => return Err(format!("blocks={v}: 1 to {}", Self::MAX_BLOCKS)),
-                "kib" if v.is_power_of_two() && Self::KIB_LOG2.contains(&v.trailing_zeros()) => {
-                    shape.kib_log2 = v.trailing_zeros() as u8
-                }
-                "kib" => return Err(format!("kib={v}: a power of two from 16 to 65536")),
-                "warps" if Self::WARPS.contains(&v) => shape.group_log2 = (32 * v).trailing_zeros() as u8,
-                "warps" => return Err(format!("warps={v}: 2, 4, 8 or 16")),
-                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps)")),
-            }
-        }
-        Ok(shape)
-    }
-
-    /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
-    /// group's.
-    pub fn to_bits(self) -> u32 {
-        self.max_blocks as u32 | (self.kib_log2 as u32) << 7 | (self.group_log2 as u32) << 12
-    }
-
-    pub fn from_bits(b: u32) -> P2PShape {
-        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8, group_log2: ((b >> 12) & 0xf) as u8 }
-    }
-
-    /// The launch's mode bits that carry the group size (kernels/abi.cuh
-    /// SYMM_P2P_GROUP_SHIFT).
-    fn mode_bits(self) -> u32 {
-        (self.group_log2 as u32) << P2P_GROUP_SHIFT
-    }
-}
-
-impl std::fmt::Display for P2PShape {
-    /// The parameters as `parse` takes them (empty for the defaults).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.max_blocks != 0 {
-            write!(f, ":blocks={}", self.max_blocks)?;
-        }
-        if self.kib_log2 != 0 {
-            write!(f, ":kib={}", 1u32 << self.kib_log2)?;
-        }
-        if self.group_log2 != 0 {
-            write!(f, ":warps={}", (1u32 << self.group_log2) / 32)?;
-        }
-        Ok(())
-    }
 }
 
 /// Blocks the sized kernel gives one operation when the launch has room:
@@ -298,17 +206,6 @@ mod tests {
         let fine = P2PShape::parse(":blocks=64:kib=128").unwrap();
         assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
         assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
-        assert_eq!(P2PShape::parse(":kib=128").unwrap().to_string(), ":kib=128");
-        let groups = P2PShape::parse(":warps=16").unwrap();
-        assert_eq!((groups.group_log2, groups.mode_bits()), (9, 9 << 12), "512 threads: one group a block");
-        assert_eq!(P2PShape::parse(":warps=2").unwrap().group_log2, 6);
-        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks"] {
-            assert!(P2PShape::parse(bad).is_err(), "{bad}");
-        }
-        for shape in [wide, fine, groups, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6 }] {
-            assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
-            assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
-        }
     }
 
     #[test]

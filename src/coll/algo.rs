@@ -1,0 +1,288 @@
+//! The algorithm choice of `SYMM_ALGO` and symmCommSetAlgorithm: a base
+//! (LL packets, one- or two-shot all-reduce), the opt-in kernels, and the
+//! sized send/recv kernel's shape, parsed from tokens, packed into one word
+//! per communicator (a cell the setter replaces at run time), and printed
+//! back. What `auto` means per rank count lives with the collectives
+//! (mod.rs).
+
+use crate::cuda::abi::P2P_GROUP_SHIFT;
+
+/// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// LL packets for small messages, then by size and rank count.
+    Auto,
+    /// LL packets wherever the message fits the LL slots.
+    Ll,
+    /// All-reduce one-shot, no LL anywhere.
+    OneShot,
+    /// All-reduce two-shot, no LL anywhere.
+    TwoShot,
+}
+
+/// `SYMM_ALGO` (or symmCommSetAlgorithm): a base choice plus opt-in
+/// kernels, written as tokens joined by `+` or `,` (e.g. `twoshot+push`).
+/// Every rank of a communicator must choose the same; the kernels compare
+/// the protocol at their first sync and fail on a mismatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Algo {
+    pub base: Base,
+    /// `push`: two-shot all-reduce with symmetric/registered send and recv
+    /// reduces its slice from the peers' inputs and stores it into every
+    /// rank's output, with a sync at entry and exit only
+    /// (kernels/allreduce_push.cu).
+    pub push: bool,
+    /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
+    /// and the staged reduce-scatter go through scratch slots with
+    /// per-chunk flags instead of whole-grid syncs (kernels/pipe.cuh).
+    pub pipe: bool,
+    /// `p2p`: send/recv by the sized kernel: blocks by the bytes, warp
+    /// groups with their own flags, direct push into a receive buffer in
+    /// the symmetric heap (kernels/sendrecv.cu). `p2p:blocks=N:kib=K:warps=W`
+    /// also sets its shape ([`P2PShape`]).
+    pub p2p: bool,
+    pub p2p_shape: P2PShape,
+    /// `classic`: the copy and reduction loops of before (rank-order loads,
+    /// shallow copies of small ranges), for A/B measurements.
+    pub classic: bool,
+}
+
+impl Algo {
+    pub const AUTO: Algo =
+        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0 }, classic: false };
+
+    /// Parse tokens joined by `+` or `,`; case does not matter.
+    pub fn parse(s: &str) -> std::result::Result<Algo, String> {
+        let mut a = Algo::AUTO;
+        let mut bases = 0;
+        for tok in s.split(['+', ',']).map(|t| t.trim().to_ascii_lowercase()) {
+            match tok.as_str() {
+                "" => {}
+                "auto" => bases += 1,
+                "ll" => (a.base, bases) = (Base::Ll, bases + 1),
+                "oneshot" | "one_shot" | "one-shot" => (a.base, bases) = (Base::OneShot, bases + 1),
+                "twoshot" | "two_shot" | "two-shot" => (a.base, bases) = (Base::TwoShot, bases + 1),
+                "push" => a.push = true,
+                "pipe" => a.pipe = true,
+                "p2p" => a.p2p = true,
+                "classic" => a.classic = true,
+                t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
+                other => {
+                    return Err(format!(
+                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
+                         p2p:blocks=N:kib=K:warps=W, classic, joined with '+')"
+                    ))
+                }
+            }
+        }
+        if bases > 1 {
+            return Err(format!("\"{s}\" names more than one of auto, ll, oneshot, twoshot"));
+        }
+        Ok(a)
+    }
+
+    /// `SYMM_ALGO`, parsed once per process: an invalid value is warned
+    /// about once and means `auto` (for every communicator, and for
+    /// symmCommSetAlgorithm(comm, NULL)).
+    pub fn from_env() -> Algo {
+        static PARSED: std::sync::OnceLock<Algo> = std::sync::OnceLock::new();
+        *PARSED.get_or_init(|| {
+            Algo::parse(&crate::config::get().algo).unwrap_or_else(|e| {
+                log::warn!(target: "symmcomm::coll", "SYMM_ALGO: {e}; using auto");
+                Algo::AUTO
+            })
+        })
+    }
+
+    fn to_bits(self) -> u32 {
+        let base = match self.base {
+            Base::Auto => 0,
+            Base::Ll => 1,
+            Base::OneShot => 2,
+            Base::TwoShot => 3,
+        };
+        base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
+            | self.p2p_shape.to_bits() << 6
+    }
+
+    fn from_bits(b: u32) -> Algo {
+        let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
+        let p2p_shape = P2PShape::from_bits(b >> 6);
+        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0 }
+    }
+}
+
+impl std::fmt::Display for Algo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = vec![match self.base {
+            Base::Auto => "auto",
+            Base::Ll => "ll",
+            Base::OneShot => "oneshot",
+            Base::TwoShot => "twoshot",
+        }];
+        let p2p = format!("p2p{}", self.p2p_shape);
+        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, p2p.as_str()), (self.classic, "classic")] {
+            if on {
+                parts.push(name);
+            }
+        }
+        f.write_str(&parts.join("+"))
+    }
+}
+
+/// A communicator's algorithm choice, replaceable at run time by the
+/// test/benchmark setter (symmCommSetAlgorithm).
+pub struct AlgoCell(std::sync::atomic::AtomicU32);
+
+impl AlgoCell {
+    pub fn new(a: Algo) -> AlgoCell {
+        AlgoCell(std::sync::atomic::AtomicU32::new(a.to_bits()))
+    }
+    pub fn get(&self) -> Algo {
+        Algo::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+    pub fn set(&self, a: Algo) {
+        self.0.store(a.to_bits(), std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The sized kernel's shape, settable per communicator for sweeps
+/// (SYMM_ALGO / symmCommSetAlgorithm token `p2p:blocks=N:kib=K:warps=W`,
+/// every part optional): at most `blocks` blocks per operation (1-64;
+/// default 16), one per `kib` KiB of it (a power of two, 16-65536; default
+/// 512), `warps` warps per warp group (2, 4, 8 or 16; default 4: each group
+/// moves whole 16 KiB chunks between its flags, so fewer, larger groups put
+/// the same bytes in flight with fewer flags).
+/// The measured ceiling of 16 blocks is about 14.5 GB/s per SM across
+/// NVLink, 233 GB/s (docs/PERFORMANCE.md): more blocks put more bytes in
+/// flight. Any count is correct: every chunk carries its own flags and a
+/// wait only ever points at an earlier chunk of the channel, so up to the
+/// ring's 256 warp groups (64 blocks x 4) may share it, each with one
+/// chunk of slack at 64.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2PShape {
+    /// 0: the default.
+    pub max_blocks: u8,
+    /// log2 of the KiB per block; 0: the default.
+    pub kib_log2: u8,
+    /// log2 of the threads per warp group (6-9); 0: the default (128).
+    pub group_log2: u8,
+}
+
+impl P2PShape {
+    const DEFAULT_BLOCKS: u32 = 16;
+    const MAX_BLOCKS: u32 = 64;
+    const DEFAULT_KIB_LOG2: u32 = 9;
+    const KIB_LOG2: std::ops::RangeInclusive<u32> = 4..=16;
+    const WARPS: [u32; 4] = [2, 4, 8, 16];
+
+    pub(crate) fn blocks_cap(self) -> u32 {
+        if self.max_blocks == 0 { Self::DEFAULT_BLOCKS } else { self.max_blocks as u32 }
+    }
+
+    pub(crate) fn bytes_per_block(self) -> u64 {
+        let log2 = if self.kib_log2 == 0 { Self::DEFAULT_KIB_LOG2 } else { self.kib_log2 as u32 };
+        1024 << log2
+    }
+
+    /// `p2p:blocks=N:kib=K` (the part after `p2p`, e.g. ":blocks=64").
+    pub fn parse(params: &str) -> std::result::Result<P2PShape, String> {
+        let mut shape = P2PShape::default();
+        for part in params.split(':').filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').ok_or_else(|| format!("\"{part}\" is not KEY=VALUE"))?;
+            let v: u32 = value.parse().map_err(|_| format!("\"{value}\" is not a number"))?;
+            match key {
+                "blocks" if (1..=Self::MAX_BLOCKS).contains(&v) => shape.max_blocks = v as u8,
+                "blocks" => return Err(format!("blocks={v}: 1 to {}", Self::MAX_BLOCKS)),
+                "kib" if v.is_power_of_two() && Self::KIB_LOG2.contains(&v.trailing_zeros()) => {
+                    shape.kib_log2 = v.trailing_zeros() as u8
+                }
+                "kib" => return Err(format!("kib={v}: a power of two from 16 to 65536")),
+                "warps" if Self::WARPS.contains(&v) => shape.group_log2 = (32 * v).trailing_zeros() as u8,
+                "warps" => return Err(format!("warps={v}: 2, 4, 8 or 16")),
+                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps)")),
+            }
+        }
+        Ok(shape)
+    }
+
+    /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
+    /// group's.
+    pub fn to_bits(self) -> u32 {
+        self.max_blocks as u32 | (self.kib_log2 as u32) << 7 | (self.group_log2 as u32) << 12
+    }
+
+    pub fn from_bits(b: u32) -> P2PShape {
+        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8, group_log2: ((b >> 12) & 0xf) as u8 }
+    }
+
+    /// The launch's mode bits that carry the group size (kernels/abi.cuh
+    /// SYMM_P2P_GROUP_SHIFT).
+    pub(crate) fn mode_bits(self) -> u32 {
+        (self.group_log2 as u32) << P2P_GROUP_SHIFT
+    }
+}
+
+impl std::fmt::Display for P2PShape {
+    /// The parameters as `parse` takes them (empty for the defaults).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.max_blocks != 0 {
+            write!(f, ":blocks={}", self.max_blocks)?;
+        }
+        if self.kib_log2 != 0 {
+            write!(f, ":kib={}", 1u32 << self.kib_log2)?;
+        }
+        if self.group_log2 != 0 {
+            write!(f, ":warps={}", (1u32 << self.group_log2) / 32)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algo_tokens() {
+        assert_eq!(Algo::parse("").unwrap(), Algo::AUTO);
+        assert_eq!(Algo::parse("auto").unwrap(), Algo::AUTO);
+        let a = Algo::parse("TwoShot+push, pipe+p2p").unwrap();
+        assert_eq!(a.base, Base::TwoShot);
+        assert!(a.push && a.pipe && a.p2p && !a.classic);
+        assert_eq!(a.to_string(), "twoshot+push+pipe+p2p");
+        let c = Algo::parse("classic").unwrap();
+        assert!(c.classic && c.base == Base::Auto && !c.push);
+        assert!(Algo::parse("oneshot+twoshot").is_err(), "two base choices");
+        assert!(Algo::parse("fast").unwrap_err().contains("fast"));
+        for bits in 0..64 {
+            let a = Algo::from_bits(bits);
+            assert_eq!(Algo::from_bits(a.to_bits()), a);
+            assert_eq!(Algo::parse(&a.to_string()).unwrap(), a, "{a} round-trips through its name");
+        }
+        let wide = Algo::parse("p2p:blocks=64:kib=128+classic").unwrap();
+        assert!(wide.p2p && wide.classic && wide.p2p_shape.max_blocks == 64);
+        assert_eq!(wide.to_string(), "auto+p2p:blocks=64:kib=128+classic");
+        assert_eq!(Algo::from_bits(wide.to_bits()), wide);
+        assert!(Algo::parse("p2p:blocks=99").unwrap_err().contains("blocks=99"));
+        let cell = AlgoCell::new(Algo::AUTO);
+        cell.set(a);
+        assert_eq!(cell.get(), a);
+    }
+
+    #[test]
+    fn p2p_shape_tokens() {
+        assert_eq!(P2PShape::parse(":kib=128").unwrap().to_string(), ":kib=128");
+        let groups = P2PShape::parse(":warps=16").unwrap();
+        assert_eq!((groups.group_log2, groups.mode_bits()), (9, 9 << 12), "512 threads: one group a block");
+        assert_eq!(P2PShape::parse(":warps=2").unwrap().group_log2, 6);
+        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks"] {
+            assert!(P2PShape::parse(bad).is_err(), "{bad}");
+        }
+        let wide = P2PShape::parse(":blocks=64:kib=128").unwrap();
+        for shape in [wide, groups, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6 }] {
+            assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
+            assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
+        }
+    }
+}
