@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* RCCL's all-to-all-v, which the stand-in exports and nccl.h lacks. */
+ncclResult_t ncclAllToAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[], void *recvbuff,
+                           const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                           cudaStream_t stream);
+
 static int failures;
 #define CHECK(cond, ...)                                              \
   do {                                                                \
@@ -41,6 +46,12 @@ static void common_checks(void) {
   int n = -1;
   CHECK(ncclCommCount(bogus, &n) == ncclInvalidArgument && n == -1, "bogus comm");
   CHECK(ncclAllReduce(NULL, NULL, 1, ncclFloat, ncclSum, NULL, NULL) == ncclInvalidArgument, "NULL comm");
+  const size_t one[1] = {1};
+  CHECK(ncclAllToAllv(NULL, one, one, NULL, one, one, ncclFloat, NULL, NULL) == ncclInvalidArgument,
+        "all-to-all-v, NULL comm");
+  CHECK(ncclAllToAllv(NULL, one, one, NULL, one, one, ncclFloat, bogus, NULL) == ncclInvalidArgument,
+        "all-to-all-v, bogus comm");
+  CHECK(strstr(ncclGetLastError(NULL), "ncclAllToAllv") != NULL, "message: %s", ncclGetLastError(NULL));
   CHECK(ncclCommDestroy(bogus) == ncclInvalidArgument, "destroy bogus");
   CHECK(ncclCommAbort(NULL) == ncclInvalidArgument, "abort NULL");
   CHECK(ncclGroupEnd() == ncclInvalidUsage, "GroupEnd without GroupStart");

@@ -3,7 +3,9 @@
  *   native N  N processes (rank r on GPU r % ngpus): every native
  *             collective x dtype x op with exact checks, send/recv in
  *             groups, window/ncclMemAlloc registration, a non-blocking
- *             config, CUDA-graph capture; then ncclGather/ncclScatter and
+ *             config, CUDA-graph capture; then ncclGather/ncclScatter,
+ *             RCCL's ncclAllToAllv (native; grouped sends and receives
+ *             when forwarded) and
  *             ncclCommSplit (native, with NCCL halves in auto mode) and a
  *             PreMulSum op (forwarded), with checked results. Run with
  *             SYMM_NCCL_MODE=nccl for a forced-NCCL communicator
@@ -26,6 +28,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* RCCL's all-to-all-v, which the stand-in exports and nccl.h lacks. */
+ncclResult_t ncclAllToAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[], void *recvbuff,
+                           const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                           cudaStream_t stream);
 
 #define DIE(...)                                                        \
   do {                                                                  \
@@ -249,6 +256,30 @@ static void check_forwarded(ncclComm_t c, cudaStream_t s, int r, int n) {
   float *h = dev_to_host(out, count * 4);
   for (size_t i = 0; i < count; i++)
     if (h[i] != val(n - 1, n, r * count + i, ncclSum)) DIE("scatter [%zu]", i);
+  free(h);
+  /* all-to-all-v (RCCL's): rank q sends a2av_count(q, p) elements of its
+   * input, packed in peer order, to rank p, which stores them packed in
+   * peer order too; a third of the pairs send nothing. */
+  size_t sc[64], sd[64], rc[64], rd[64], at_s = 0, at_r = 0;
+  for (int q = 0; q < n; q++) {
+    sc[q] = (r + q) % 3 == 0 ? 0 : (size_t)((r * n + q) % 4) * 300 + 7;
+    sd[q] = at_s;
+    at_s += sc[q];
+    rc[q] = (q + r) % 3 == 0 ? 0 : (size_t)((q * n + r) % 4) * 300 + 7;
+    rd[q] = at_r;
+    at_r += rc[q];
+  }
+  if (at_s > count * n || at_r > count * n) DIE("all-to-all-v plan larger than the buffers");
+  NCCLC(c, ncclAllToAllv(in, sc, sd, out, rc, rd, ncclFloat32, c, s));
+  CUDA(cudaStreamSynchronize(s));
+  h = dev_to_host(out, count * n * 4);
+  for (int q = 0; q < n; q++) {
+    /* Where rank q's block for this rank starts in q's input. */
+    size_t from = 0;
+    for (int p = 0; p < r; p++) from += (q + p) % 3 == 0 ? 0 : (size_t)((q * n + p) % 4) * 300 + 7;
+    for (size_t i = 0; i < rc[q]; i++)
+      if (h[rd[q] + i] != val(q, n, from + i, ncclSum)) DIE("all-to-all-v [%d][%zu]", q, i);
+  }
   free(h);
   /* PreMulSum: sum of 0.5 * x */
   float half = 0.5f;
