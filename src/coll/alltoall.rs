@@ -1,18 +1,22 @@
 //! symmAllToAll with equal blocks: block r of rank q's output is block q of
 //! rank r's input. In place goes through scratch (a rank would overwrite a
 //! block a peer still reads). With SYMM_ALGO=p2p, out of place, the
-//! point-to-point engine moves the blocks (p2p.rs).
+//! point-to-point engine moves the blocks (alltoallv.rs `launch_blocks`).
 
-use super::{p2p, Call};
+use super::{alltoallv, Call};
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
     let n = call.comm.nranks as u64;
     let in_place = call.send == call.recv;
-    // In place the engine's receives would overwrite blocks its sends still
-    // read; that case keeps the staged kernel.
-    if call.algo.p2p && !in_place {
-        return p2p::all_to_all(call);
+    // With any overlap the engine's receives could overwrite blocks its
+    // sends still read; that case keeps the staged kernel.
+    let block = call.count * call.elem_size();
+    let overlap = call.send < call.recv + n * block && call.recv < call.send + n * block;
+    if call.algo.p2p && !overlap {
+        // Block p of the input to rank p, block p of the output from it.
+        let blocks: Vec<(u64, u64)> = (0..n).map(|p| (p * block, block)).collect();
+        return alltoallv::launch_blocks(call.comm, call.stream, call.send, &blocks, call.recv, &blocks, call.recv_buf.is_some());
     }
     let mut a = call.args();
     if in_place || !call.direct(&mut a) {

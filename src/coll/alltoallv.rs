@@ -84,11 +84,28 @@ pub fn all_to_all_v(
         comm.check_buffer(send, send_extent as usize, "sendbuff")?;
     }
     let recv_known = recv_extent > 0 && comm.check_buffer(recv, recv_extent as usize, "recvbuff")?.is_some();
-    // By ring shift s: send to rank + s, receive from rank - s, so that every
-    // rank's launch holds the partners of its peers' launches of the same
-    // shifts. One launch when the sized kernel fits its blocks to the grid;
-    // the fixed kernel's 16 blocks an operation must all be resident, so it
-    // takes the shifts a few at a time.
+    launch_blocks(comm, stream, s0, &sends, r0, &recvs, recv_known)
+}
+
+/// Send block `sends[p]` (bytes at, bytes, from `send`) to every rank p and
+/// receive block `recvs[p]` (into `recv`) from it, zero-byte blocks left
+/// out; `recv_known`: the output is a symmetric/registered buffer (a
+/// block in the symmetric heap may then be pushed into directly). Launched
+/// by ring shift s (send to rank + s, receive from rank - s), so that every
+/// rank's launch holds the partners of its peers' launches of the same
+/// shifts: one launch when the sized kernel fits its blocks to the grid;
+/// the fixed kernel's 16 blocks an operation must all be resident, so it
+/// takes the shifts a few at a time. Shared by symmAllToAllv and the
+/// equal-block all-to-all on the engine (alltoall.rs).
+pub(crate) fn launch_blocks(
+    comm: &Comm,
+    stream: CUstream,
+    send: u64,
+    sends: &[(u64, u64)],
+    recv: u64,
+    recvs: &[(u64, u64)],
+    recv_known: bool,
+) -> Result<()> {
     let (n, me) = (comm.nranks, comm.rank);
     let per_launch = shifts_per_launch(comm.coll.algo.get().p2p, n, comm.coll.max_grid);
     let shifts: Vec<usize> = (0..n).collect();
@@ -98,12 +115,12 @@ pub fn all_to_all_v(
             let (to, from) = ((me + s) % n, (me + n - s) % n);
             let (at, bytes) = sends[to];
             if bytes > 0 {
-                ops.push(P2POp { buf: s0 + at, bytes, peer: to as u32, is_send: 1, ..Default::default() });
+                ops.push(P2POp { buf: send + at, bytes, peer: to as u32, is_send: 1, ..Default::default() });
             }
             let (at, bytes) = recvs[from];
             if bytes > 0 {
-                let heap_offset = if recv_known { direct_offset(comm, r0 + at, true) } else { P2P_NO_DIRECT };
-                ops.push(P2POp { buf: r0 + at, bytes, peer: from as u32, is_send: 0, heap_offset, ..Default::default() });
+                let heap_offset = if recv_known { direct_offset(comm, recv + at, true) } else { P2P_NO_DIRECT };
+                ops.push(P2POp { buf: recv + at, bytes, peer: from as u32, is_send: 0, heap_offset, ..Default::default() });
             }
         }
         if !ops.is_empty() {

@@ -76,28 +76,6 @@ pub(crate) fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
     }
 }
 
-/// symmAllToAll on the sized kernel (SYMM_ALGO=p2p, out of place): one
-/// launch of a send and a receive per rank, this one included, so every
-/// block goes straight from the input to its peer, without the staging
-/// pass and the whole-grid syncs of the collective kernel; into a
-/// symmetric output from 1 MiB a block is stored directly into the
-/// peer's output. Block and operation counts come from the bytes as for
-/// send/recv (`P2PShape`). The caller checked the buffers (`Call`).
-pub(crate) fn all_to_all(call: &super::Call) -> Result<()> {
-    let comm = call.comm;
-    let block = call.count * call.elem_size();
-    let recv_known = call.recv_buf.is_some();
-    let mut ops = Vec::with_capacity(2 * comm.nranks);
-    for peer in 0..comm.nranks {
-        let at = peer as u64 * block;
-        ops.push(P2POp { buf: call.send + at, bytes: block, peer: peer as u32, is_send: 1, ..Default::default() });
-        let recv = call.recv + at;
-        let heap_offset = direct_offset(comm, recv, recv_known);
-        ops.push(P2POp { buf: recv, bytes: block, peer: peer as u32, is_send: 0, heap_offset, ..Default::default() });
-    }
-    launch_ops(comm, call.stream, &ops)
-}
-
 /// Blocks the sized kernel gives one operation when the launch has room:
 /// one per `shape`'s bytes (512 KiB), at most its cap (16). A receive the
 /// sender will push into directly only waits for the data: one block.
