@@ -6,6 +6,7 @@ made without it."""
 
 import argparse
 import json
+import sys
 import time
 
 
@@ -48,6 +49,18 @@ def load_docs(paths):
         with open(p) as f:
             docs.append(json.load(f))
     return docs
+
+
+def table_command(argv, render, prog):
+    """`PROG table OUT.json [...]`: print render(the documents) and return
+    the exit status; None when argv is not a table command."""
+    if argv[:1] != ["table"]:
+        return None
+    if len(argv) < 2:
+        print(f"usage: {prog} table OUT.json [...]", file=sys.stderr)
+        return 2
+    print(render(load_docs(argv[1:])))
+    return 0
 
 
 def timed_loop(fn, n, barrier=None):

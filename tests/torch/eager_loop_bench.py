@@ -60,7 +60,7 @@ import sys
 
 # This folder's shared helpers, also when perf-tables loads the file by path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import human, load_docs, parse_sizes, timed_loop  # noqa: E402
+from bench_common import human, parse_sizes, table_command, timed_loop  # noqa: E402
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
@@ -305,15 +305,11 @@ def render(docs):
     return "\n".join(out)
 
 
-def table(paths):
-    print(render(load_docs(paths)))
-    return 0
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["table"] and len(argv) >= 2:
-        return table(argv[1:])
+    status = table_command(argv, render, "eager_loop_bench.py")
+    if status is not None:
+        return status
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("mode", choices=("run",))
     ap.add_argument("out", help="JSON results (rank 0)")

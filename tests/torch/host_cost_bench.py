@@ -50,7 +50,7 @@ import sys
 
 # This folder's shared helpers, also when perf-tables loads the file by path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import human, load_docs, parse_sizes, timed_loop  # noqa: E402
+from bench_common import human, parse_sizes, table_command, timed_loop  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -229,18 +229,11 @@ def render(docs):
     return "\n".join(out)
 
 
-def table(paths):
-    print(render(load_docs(paths)))
-    return 0
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["table"]:
-        if len(argv) < 2:
-            print("usage: host_cost_bench.py table OUT.json [...]", file=sys.stderr)
-            return 2
-        return table(argv[1:])
+    status = table_command(argv, render, "host_cost_bench.py")
+    if status is not None:
+        return status
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("mode", choices=("run",))
     ap.add_argument("out", help="JSON results (rank 0)")
