@@ -819,7 +819,8 @@ symmResult_t symmAllToAll(const void *sendbuff, void *recvbuff, size_t count, sy
  * its recvbuff + rdispls[this rank], recvcounts[this rank] being that same
  * count. Each array has one entry per rank; zero counts move nothing.
  * Out of place only; receive blocks must not overlap. The counts are on the
- * host; nothing synchronizes.
+ * host; nothing synchronizes. Enqueued at once, inside symmGroupStart/End
+ * too, as the collectives are.
  */
 symmResult_t symmAllToAllv(const void *sendbuff, const size_t *sendcounts, const size_t *sdispls, void *recvbuff, const size_t *recvcounts, const size_t *rdispls, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 

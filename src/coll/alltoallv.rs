@@ -1,10 +1,12 @@
 //! symmAllToAllv: all-to-all with a count and a displacement per peer, in
 //! elements (MPI's and RCCL's `ncclAllToAllv` arguments): rank p receives
 //! `sendcounts[p]` elements from `sendbuff + sdispls[p]` into its
-//! `recvbuff + rdispls[me]`, with `recvcounts[me]` its count. One launch of
-//! the point-to-point kernels, a send and a receive per peer with data
-//! (self included), as symmSend/symmRecv in a group would be; the sized
-//! kernel (`SYMM_ALGO=p2p`) stores into a symmetric output directly.
+//! `recvbuff + rdispls[me]`, with `recvcounts[me]` its count. The
+//! point-to-point kernels move it, a send and a receive per peer with data
+//! (self included), as symmSend/symmRecv in a group would: one launch on
+//! the sized kernel (`SYMM_ALGO=p2p`, which also stores into a symmetric
+//! output directly), a few on the default one (`launch_blocks`). Like the
+//! collectives it is enqueued at once, also inside symmGroupStart/End.
 
 use std::ffi::c_void;
 
@@ -108,10 +110,9 @@ pub(crate) fn launch_blocks(
 ) -> Result<()> {
     let (n, me) = (comm.nranks, comm.rank);
     let per_launch = shifts_per_launch(comm.coll.algo.get().p2p, n, comm.coll.max_grid);
-    let shifts: Vec<usize> = (0..n).collect();
-    for window in shifts.chunks(per_launch) {
-        let mut ops = Vec::with_capacity(2 * window.len());
-        for &s in window {
+    for first in (0..n).step_by(per_launch) {
+        let mut ops = Vec::with_capacity(2 * per_launch);
+        for s in first..(first + per_launch).min(n) {
             let (to, from) = ((me + s) % n, (me + n - s) % n);
             let (at, bytes) = sends[to];
             if bytes > 0 {

@@ -154,7 +154,8 @@ pub extern "C" fn symmAllToAll(
 /// its recvbuff + rdispls[this rank], recvcounts[this rank] being that same
 /// count. Each array has one entry per rank; zero counts move nothing.
 /// Out of place only; receive blocks must not overlap. The counts are on the
-/// host; nothing synchronizes.
+/// host; nothing synchronizes. Enqueued at once, inside symmGroupStart/End
+/// too, as the collectives are.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn symmAllToAllv(
