@@ -31,10 +31,9 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let in_place = call.send == call.recv;
     // The opt-in kernels exist for 16- and 32-bit floats (opt_in_dtype).
     let opt_in = opt_in_dtype(call.dtype);
-    // The measured default at 2 and 4 ranks (mod.rs), in place only: there
-    // the output's class is the input's, which every rank must match anyway,
-    // so ranks cannot pick different kernels over their recvbuffs' classes.
-    let default_push = push_by_default(call.defaulted, n, in_place, bytes);
+    // The measured default at 2 and 4 ranks (mod.rs), wherever both
+    // buffers are symmetric/registered (call.direct below).
+    let default_push = push_by_default(call.defaulted, n, bytes);
     if (two_shot && algo.push || default_push) && opt_in {
         // Safe in place too: rank j reads and writes element i of every
         // rank only in slice j (kernels/allreduce_push.cu).

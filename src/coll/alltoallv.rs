@@ -4,15 +4,15 @@
 //! `recvbuff + rdispls[me]`, with `recvcounts[me]` its count. The
 //! point-to-point kernels move it, a send and a receive per peer with data
 //! (self included), as symmSend/symmRecv in a group would: one launch on
-//! the sized kernel (`SYMM_ALGO=p2p`, which also stores into a symmetric
-//! output directly), a few on the default one (`launch_blocks`). Like the
+//! the sized kernel (the default, and `SYMM_ALGO=p2p`; it also stores into a
+//! symmetric output directly), a few on the fixed one (`launch_blocks`). Like the
 //! collectives it is enqueued at once, also inside symmGroupStart/End.
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys::CUstream;
 
-use super::p2p::{direct_offset, launch_ops};
+use super::p2p::{direct_offset, launch_ops, sized_shape};
 use crate::comm::Comm;
 use crate::cuda::abi::{P2POp, P2P_BLOCKS, P2P_NO_DIRECT};
 use crate::error::{bail, Result};
@@ -109,7 +109,7 @@ pub(crate) fn launch_blocks(
     recv_known: bool,
 ) -> Result<()> {
     let (n, me) = (comm.nranks, comm.rank);
-    let per_launch = shifts_per_launch(comm.coll.algo.get().p2p, n, comm.coll.max_grid);
+    let per_launch = shifts_per_launch(sized_shape(comm.coll.algo.get()).is_some(), n, comm.coll.max_grid);
     for first in (0..n).step_by(per_launch) {
         let mut ops = Vec::with_capacity(2 * per_launch);
         for s in first..(first + per_launch).min(n) {

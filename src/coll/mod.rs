@@ -86,15 +86,19 @@ fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     }
 }
 
-/// From this size an all-reduce in place in a symmetric/registered buffer
-/// runs the two-shot push kernel by default at the rank counts of
-/// [`PUSH_DEFAULT_RANKS`] (out of place the ranks' recvbuff classes could
-/// differ, and with them the kernel): on 2 x H200 1.02-1.60x NCCL from
+/// From this size an all-reduce whose send and receive buffers are both
+/// symmetric/registered runs the two-shot push kernel by default at the
+/// rank counts of [`PUSH_DEFAULT_RANKS`]: on 2 x H200 1.02-1.60x NCCL from
 /// 1 MiB to 1 GiB against 0.88-1.21x for the one-shot; on 4 x H100
-/// (2026-11-27, in place, bf16) 20.2 against 27.4 us at 1 MiB and 5.01
-/// against 5.67 ms at 1 GiB for `auto`'s two-shot, faster at every size
-/// from 1 MiB, slower at 256 KiB, where LL packets serve it
-/// (docs/PERFORMANCE.md).
+/// (2026-11-27, bf16) in place 20.2 against 27.4 us at 1 MiB and 5.01
+/// against 5.67 ms at 1 GiB for `auto`'s two-shot, and out of place
+/// 0.89-1.02x NCCL against 0.56-0.93x at 4 ranks and 1.02-1.22x against
+/// 0.92-1.13x at 2 (faster at every size from 1 MiB, slower at 256 KiB,
+/// where LL packets serve it; docs/PERFORMANCE.md). Out of place the choice
+/// also depends on the recvbuff's class: ranks that pass different classes
+/// run different kernels, which the protocol check at the first sync
+/// reports as symmInvalidUsage (c_tests/coll/coll_mismatch.c), the same
+/// rule as for the sendbuff.
 pub(crate) const PUSH_DEFAULT_MIN_BYTES: u64 = 1 << 20;
 
 /// The rank counts where the push default was measured; 3 and 5-8 ranks
@@ -104,8 +108,8 @@ const PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
 /// Whether `auto` runs the two-shot push kernel for this all-reduce (the
 /// kernel still needs both buffers symmetric or registered, and a 16- or
 /// 32-bit float: the caller checks those).
-pub(crate) fn push_by_default(defaulted: bool, nranks: usize, in_place: bool, bytes: u64) -> bool {
-    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && in_place && bytes >= PUSH_DEFAULT_MIN_BYTES
+pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bool {
+    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && bytes >= PUSH_DEFAULT_MIN_BYTES
 }
 
 /// Data bytes one LL slot holds (one rank's contribution to one call).
@@ -702,14 +706,13 @@ mod tests {
     }
 
     #[test]
-    fn push_default_in_place_from_1_mib_at_measured_rank_counts() {
-        assert!(push_by_default(true, 2, true, 1 << 20));
-        assert!(push_by_default(true, 4, true, 1 << 30), "measured on 4 GPUs");
-        assert!(!push_by_default(true, 4, true, (1 << 20) - 2), "below 1 MiB: LL or two-shot");
-        assert!(!push_by_default(true, 4, false, 1 << 20), "out of place: recvbuff classes may differ");
-        assert!(!push_by_default(true, 3, true, 1 << 20), "not measured at 3 ranks");
-        assert!(!push_by_default(true, 8, true, 1 << 20), "not measured at 8 ranks");
-        assert!(!push_by_default(false, 4, true, 1 << 20), "SYMM_ALGO chose");
+    fn push_default_from_1_mib_at_measured_rank_counts() {
+        assert!(push_by_default(true, 2, 1 << 20));
+        assert!(push_by_default(true, 4, 1 << 30), "measured on 4 GPUs");
+        assert!(!push_by_default(true, 4, (1 << 20) - 2), "below 1 MiB: LL or two-shot");
+        assert!(!push_by_default(true, 3, 1 << 20), "not measured at 3 ranks");
+        assert!(!push_by_default(true, 8, 1 << 20), "not measured at 8 ranks");
+        assert!(!push_by_default(false, 4, 1 << 20), "SYMM_ALGO chose");
     }
 
     #[test]

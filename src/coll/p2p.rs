@@ -4,16 +4,18 @@
 //! at symmGroupEnd, so exchanges in both directions (and rings) progress at
 //! once instead of deadlocking.
 //!
-//! Two kernels: the fixed one (16 blocks per operation, the default) and,
-//! with SYMM_ALGO=p2p, the sized one: blocks per operation by its bytes,
-//! warp groups with per-chunk flags, and a direct push into a receive
-//! buffer that lies in the symmetric heap.
+//! Two kernels: the sized one (the default, and SYMM_ALGO=p2p with its
+//! shape knobs): blocks per operation by its bytes, warp groups with
+//! per-chunk flags, and a direct push into a receive buffer that lies in
+//! the symmetric heap; and the fixed one (16 blocks per operation, the
+//! default before 2026-11-27), which any other explicit SYMM_ALGO choice
+//! (e.g. `oneshot`, `classic`) keeps for A/B measurements.
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys::CUstream;
 
-use super::algo::P2PShape;
+use super::algo::{Algo, P2PShape};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_DIRECT_OFFSET_LIMIT,
@@ -105,6 +107,20 @@ pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
     out
 }
 
+/// The sized kernel's shape when `algo` runs send/recv on it, `None` for
+/// the fixed kernel. `auto` takes the sized kernel with [`P2PShape::AUTO`];
+/// the choice depends on the communicator's setting only, never on a call,
+/// so both ends of every pair run the same kernel (their protocols differ).
+pub(crate) fn sized_shape(algo: Algo) -> Option<P2PShape> {
+    if algo.p2p {
+        Some(algo.p2p_shape)
+    } else if algo == Algo::AUTO {
+        Some(P2PShape::AUTO)
+    } else {
+        None
+    }
+}
+
 /// Launch `ops` (in call order) on `stream`. Each launch holds at most one
 /// send and one receive per peer; later ones with the same peer go to later
 /// launches, which keeps each pair's messages matched in order.
@@ -122,15 +138,15 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
     let dev = &comm.device;
     let _cur = dev.make_current()?;
     let algo = comm.coll.algo.get();
-    let f = dev.module().function(if algo.p2p { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
+    let sized = sized_shape(algo);
+    let f = dev.module().function(if sized.is_some() { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
     const _: () = assert!(COLL_THREADS % P2P_GROUP == 0 && COLL_THREADS / P2P_GROUP <= 15);
     debug_assert_eq!(2 * comm.coll.p2p_slot_bytes, P2P_RING * P2P_CHUNK, "a channel's slots are the sized kernel's ring");
     for mut round in rounds {
         debug_assert!(round.len() <= P2P_MAX_OPS);
-        let blocks = if algo.p2p {
-            fit_blocks(&round.iter().map(|op| sized_blocks(op, algo.p2p_shape)).collect::<Vec<_>>(), comm.coll.max_grid)
-        } else {
-            vec![P2P_BLOCKS; round.len()]
+        let blocks = match sized {
+            Some(shape) => fit_blocks(&round.iter().map(|op| sized_blocks(op, shape)).collect::<Vec<_>>(), comm.coll.max_grid),
+            None => vec![P2P_BLOCKS; round.len()],
         };
         let mut first = 0;
         for (op, b) in round.iter_mut().zip(&blocks) {
@@ -144,8 +160,8 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
         if algo.classic {
             a.mode |= MODE_CLASSIC;
         }
-        if algo.p2p {
-            a.mode |= algo.p2p_shape.mode_bits();
+        if let Some(shape) = sized {
+            a.mode |= shape.mode_bits();
         }
         let grid = first;
         let mut params = [(&mut a as *mut P2PArgs).cast::<c_void>()];
@@ -184,6 +200,19 @@ mod tests {
         let fine = P2PShape::parse(":blocks=64:kib=128").unwrap();
         assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
         assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
+    }
+
+    #[test]
+    fn auto_runs_the_sized_kernel_and_explicit_choices_keep_the_fixed_one() {
+        assert_eq!(sized_shape(Algo::AUTO), Some(P2PShape::AUTO));
+        let knobs = Algo::parse("p2p:blocks=8").unwrap();
+        assert_eq!(sized_shape(knobs), Some(knobs.p2p_shape));
+        for fixed in ["oneshot", "classic", "twoshot+push"] {
+            assert_eq!(sized_shape(Algo::parse(fixed).unwrap()), None, "{fixed}");
+        }
+        let auto = P2PShape::AUTO;
+        assert_eq!(sized_blocks(&op(1 << 20, true, P2P_NO_DIRECT), auto), 8, "one block per 128 KiB");
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), auto), 64);
     }
 
     #[test]
