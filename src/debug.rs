@@ -17,6 +17,8 @@ pub const SUBSYSTEMS: &[(&str, &[&str])] = &[
     ("MEM", &["symmcomm::memory"]),
     // The fused matmul ops are collectives too.
     ("COLL", &["symmcomm::coll", "symmcomm::fused"]),
+    // Every call into the libnccl.so.2 stand-in, at TRACE.
+    ("API", &["symmcomm::api"]),
 ];
 
 static INIT: Once = Once::new();

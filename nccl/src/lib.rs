@@ -61,7 +61,12 @@ pub(crate) fn debug_init() {
 macro_rules! nccl_api {
     ($name:ident / $pname:ident ( $($a:ident : $t:ty),* ) -> $ret:ty $body:block) => {
         #[no_mangle]
-        pub extern "C" fn $name($($a: $t),*) -> $ret $body
+        pub extern "C" fn $name($($a: $t),*) -> $ret {
+            // Every call, for finding what a runtime calls per step
+            // (SYMM_DEBUG=TRACE SYMM_DEBUG_SUBSYS=API); off, one load.
+            log::trace!(target: "symmcomm::api", stringify!($name));
+            $body
+        }
         #[no_mangle]
         pub extern "C" fn $pname($($a: $t),*) -> $ret { $name($($a),*) }
     };

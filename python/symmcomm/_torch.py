@@ -19,13 +19,27 @@ def require_torch(feature: str = "this feature"):
     return torch
 
 
-def optional_torch():
-    try:
-        import torch
+_TORCH = None
 
-        return torch
-    except ImportError:
-        return None
+
+def optional_torch():
+    """The torch module, or None without PyTorch (looked up once: this is
+    on every collective's path)."""
+    global _TORCH
+    if _TORCH is None:
+        try:
+            import torch
+        except ImportError:
+            return None
+        _TORCH = torch
+    return _TORCH
+
+
+def _raw_stream_getter(torch):
+    """torch's current stream of a device as a raw handle, without building
+    a torch.cuda.Stream object (a third of the Python cost of a small
+    collective); None on a torch without it."""
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def invalid(msg: str) -> SymmInvalidArgumentError:
@@ -44,6 +58,9 @@ def stream_handle(stream, device_index: int) -> int | None:
         torch = optional_torch()
         if torch is None:
             return None
+        raw = _raw_stream_getter(torch)
+        if raw is not None:
+            return raw(device_index) or None
         return torch.cuda.current_stream(device_index).cuda_stream or None
     if isinstance(stream, int):
         return stream or None
@@ -56,6 +73,11 @@ def stream_handle(stream, device_index: int) -> int | None:
 def check_tensor(t, name: str, device_index: int, contiguous: bool = True):
     """A CUDA tensor on the communicator's device (contiguous unless said)."""
     torch = optional_torch()
+    # The usual case in one expression (get_device: an int, where .device
+    # builds a torch.device); the checks below word what is wrong.
+    if (torch is not None and isinstance(t, torch.Tensor) and t.is_cuda and t.get_device() == device_index
+            and (not contiguous or t.is_contiguous())):
+        return t
     if torch is None or not isinstance(t, torch.Tensor):
         raise invalid(f"{name} must be a torch.Tensor, not {type(t).__name__}")
     if t.device.type != "cuda":
@@ -90,9 +112,21 @@ def movement_type(dtype) -> tuple[DataType, int]:
     return DataType.Uint8, dtype.itemsize
 
 
+_REDUCTION_TYPES: dict = {}
+
+
 def reduction_type(dtype, op: ReduceOp) -> tuple[DataType, int, ReduceOp]:
     """(element type, elements per torch element, op) to reduce ``dtype``
-    with ``op``, or an error naming what symmcomm cannot reduce."""
+    with ``op``, or an error naming what symmcomm cannot reduce. Remembered
+    per (dtype, op): a training loop asks the same every step."""
+    key = (dtype, op)
+    found = _REDUCTION_TYPES.get(key)
+    if found is None:
+        found = _REDUCTION_TYPES[key] = _reduction_type(dtype, op)
+    return found
+
+
+def _reduction_type(dtype, op: ReduceOp) -> tuple[DataType, int, ReduceOp]:
     name = dtype_name(dtype)
     if name in TORCH_DTYPES:
         return TORCH_DTYPES[name], 1, op

@@ -126,9 +126,19 @@ pub(crate) fn sized_shape(algo: Algo) -> Option<P2PShape> {
 /// launches, which keeps each pair's messages matched in order.
 pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
     let mut rounds: Vec<Vec<P2POp>> = Vec::new();
-    let mut lane_depth = std::collections::HashMap::new();
+    // Ops so far per (peer, direction): a linear scan, as a group holds a
+    // few lanes (no map to build on every call).
+    let mut lane_depth: Vec<((u32, u32), usize)> = Vec::with_capacity(ops.len().min(2 * crate::cuda::abi::MAX_RANKS));
     for op in ops {
-        let depth = lane_depth.entry((op.peer, op.is_send)).or_insert(0usize);
+        let lane = (op.peer, op.is_send);
+        let at = match lane_depth.iter().position(|(l, _)| *l == lane) {
+            Some(i) => i,
+            None => {
+                lane_depth.push((lane, 0));
+                lane_depth.len() - 1
+            }
+        };
+        let depth = &mut lane_depth[at].1;
         if rounds.len() <= *depth {
             rounds.push(Vec::new());
         }
