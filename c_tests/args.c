@@ -118,6 +118,9 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   /* Collectives check the communicator first, even for count 0. */
   EXPECT(symmAllReduce(FAKE_PTR, FAKE_PTR, 4, symmFloat32, symmSum, bad, NULL), want, NULL, "symmAllReduce", kw);
   EXPECT(symmAllReduce(NULL, NULL, 0, symmFloat32, symmSum, bad, NULL), want, NULL, "symmAllReduce", kw);
+  EXPECT(symmAllReduceAddRMSNorm(FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4096, 1e-6f, symmBfloat16, bad,
+                                 NULL),
+         want, NULL, "symmAllReduceAddRMSNorm", kw);
   EXPECT(symmAllGather(FAKE_PTR, FAKE_PTR, 4, symmInt8, bad, NULL), want, NULL, "symmAllGather", kw);
   EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, symmInt8, (uint32_t *)FAKE_PTR, 1, bad, NULL), want, NULL,
          "symmAllGatherWithProgress", kw);
@@ -402,6 +405,24 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          "symmAllReduce", "overflow");
   EXPECT(symmAllReduce(host_buf, FAKE_PTR, 4, symmFloat32, symmSum, a, NULL), symmInvalidArgument, a,
          "symmAllReduce", "sendbuff");
+  /* The fused all-reduce + RMSNorm: shapes, type, pointers, alignment and
+   * aliasing before any buffer is looked at. */
+  char *const rn_in = (char *)FAKE_PTR, *const rn_res = rn_in + (1 << 20), *const rn_w = rn_in + (2 << 20),
+             *const rn_out = rn_in + (3 << 20);
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_out, rn_res, 4, 12, 1e-6f, symmBfloat16, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "multiple of 8");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_out, rn_res, 4, 4096, 1e-6f, symmInt32, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "symmBfloat16");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, NULL, rn_w, rn_out, rn_res, 4, 4096, 1e-6f, symmBfloat16, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "residual is NULL");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_res, rn_res, 4, 4096, 1e-6f, symmBfloat16, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "overlap");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w + 8, rn_out, rn_res, 4, 4096, 1e-6f, symmBfloat16, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "16-byte");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_out, rn_res, 4, 4096, -1.0f, symmBfloat16, a, NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "eps");
+  EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_out, rn_res, 1, 1 << 16, 1e-6f, symmBfloat16, a, NULL),
+         symmNotSupported, a, "symmAllReduceAddRMSNorm", "64 KiB");
   EXPECT(symmAllGather(NULL, FAKE_PTR, 4, symmInt8, a, NULL), symmInvalidArgument, a, "symmAllGather", "sendbuff");
   EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, (symmDataType_t)12, NULL, 1, a, NULL), symmInvalidArgument,
          a, "symmAllGatherWithProgress", "datatype");

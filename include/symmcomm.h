@@ -569,6 +569,8 @@ typedef struct {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -776,6 +778,18 @@ symmResult_t symmGroupEnd(void);
  * recvbuff = op over ranks of sendbuff (count elements).
  */
 symmResult_t symmAllReduce(const void *sendbuff, void *recvbuff, size_t count, symmDataType_t datatype, symmRedOp_t op, symmComm_t comm, struct CUstream_st *stream);
+
+/**
+ * All-reduce, residual add and RMSNorm in one call, as a tensor-parallel
+ * layer ends at inference: `residualOut = allreduce(input) + residual`,
+ * `out = residualOut / sqrt(mean(residualOut^2) + eps) * weight`, per row
+ * of `hidden` elements (`tokens` rows; `weight` has `hidden`), fp32
+ * arithmetic, symmBfloat16, symmFloat16 or symmFloat32. Every rank gets
+ * the whole output. `out` may be `input` and `residualOut` may be
+ * `residual`; nothing else may overlap. Every pointer 16-byte aligned,
+ * rows a multiple of 16 bytes, at most 64 KiB.
+ */
+symmResult_t symmAllReduceAddRMSNorm(const void *input, const void *residual, const void *weight, void *out, void *residualOut, size_t tokens, size_t hidden, float eps, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
  * Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.

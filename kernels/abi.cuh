@@ -166,6 +166,22 @@ struct SymmCollArgs {
 static_assert(sizeof(SymmCollArgs) == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 8 + 40 + 32 + 8,
               "SymmCollArgs layout");
 
+// ---- All-reduce + residual add + RMSNorm (allreduce_norm.cu) --------------
+// coll.send: this rank's input (tokens x hidden), or in the two-kernel
+// form the sums (the all-reduce's output); coll.recv: the output.
+struct SymmNormArgs {
+  SymmCollArgs coll;
+  const char* residual;   // tokens x hidden
+  char* residual_out;     // tokens x hidden; may be residual
+  const char* weight;     // hidden
+  uint64_t rows;          // tokens
+  uint32_t hidden;        // elements per row
+  float eps;
+};
+static_assert(sizeof(SymmNormArgs) == sizeof(SymmCollArgs) + 8 * 4 + 8, "SymmNormArgs layout");
+#define SYMM_NORM_MAX_UNITS 8      // 8-byte units of a row one thread holds
+#define SYMM_NORM_MAX_THREADS 1024 // so a row is at most 64 KiB
+
 // ---- Point-to-point ------------------------------------------------------
 
 #define SYMM_P2P_MAX_OPS 16       // sends + receives in one launch

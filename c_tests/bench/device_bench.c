@@ -13,9 +13,11 @@
  *                  one row per block, 256 threads, at most 64 blocks) against
  *                  symmAllReduce then a separate add + RMSNorm kernel, and
  *                  ncclAllReduce then the same kernel (--nccl-window: also
- *                  on window-registered buffers). A size of S bytes is
- *                  S/2 bf16 elements per rank: rows of --hidden elements
- *                  (fewer when S/2 is smaller).
+ *                  on window-registered buffers), and the library's call
+ *                  symmAllReduceAddRMSNorm (residualOut into its own
+ *                  buffer; rows of a multiple of 8 elements only). A size
+ *                  of S bytes is S/2 bf16 elements per rank: rows of
+ *                  --hidden elements (fewer when S/2 is smaller).
  *
  * The examples' kernels are compiled from the examples' own source (CMake
  * extracts the marked blocks; extract_kernel.cmake), so this times exactly
@@ -104,6 +106,7 @@ static struct {
   CUevent ev[2];
   void *sym;                                    /* symmetric input (both tables) */
   CUdeviceptr in, out, residual, weight, rms_out; /* in = sym */
+  CUdeviceptr residual_out;                     /* symmAllReduceAddRMSNorm's second output */
   CUdeviceptr nin, nout;                        /* NCCL's plain buffers */
   CUdeviceptr win_in, win_out;                  /* NCCL's window buffers (--nccl-window): ncclMemAlloc */
   bn_window win_in_reg, win_out_reg;            /* their windows on nccl */
@@ -129,8 +132,9 @@ static unsigned fill_grid(size_t n) {
 /* ---- the variants ------------------------------------------------------------------ */
 
 enum table { T_ONESHOT, T_RMSNORM };
-/* V_NCCL_WINDOW: ncclAllReduce on the window-registered buffers. */
-enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, NVARIANTS };
+/* V_NCCL_WINDOW: ncclAllReduce on the window-registered buffers; V_LIB
+ * (table rmsnorm): symmAllReduceAddRMSNorm. */
+enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, NVARIANTS };
 
 static int is_nccl(enum variant v) {
   return v == V_NCCL || v == V_NCCL_WINDOW;
@@ -180,6 +184,14 @@ static void enqueue(const struct shape *s, enum variant v) {
   if (v == V_KERNEL) {
     void *p[] = {&R.dc, &R.in, &R.residual, &R.weight, &R.rms_out, &tokens, &hidden, &eps};
     launch(R.fused, blocks, RMS_THREADS, smem, p, "all_reduce_add_rms_norm");
+    return;
+  }
+  if (v == V_LIB) {
+    check_symm(symmAllReduceAddRMSNorm((const void *)(uintptr_t)R.in, (const void *)(uintptr_t)R.residual,
+                                       (const void *)(uintptr_t)R.weight, (void *)(uintptr_t)R.rms_out,
+                                       (void *)(uintptr_t)R.residual_out, (size_t)tokens, (size_t)hidden, eps,
+                                       symmBfloat16, R.r->comm, R.r->stream),
+               "symmAllReduceAddRMSNorm");
     return;
   }
   CUdeviceptr sum = v == V_SYMM ? R.out : nccl_out(v);
@@ -331,7 +343,8 @@ static uint64_t run_table(struct tw *w, enum table t) {
              O.nccl_window ? " (NCCL window: its buffers from ncclMemAlloc, registered with ncclCommWindowRegister)"
                            : "");
       printf("# columns: size (B) | tokens | hidden | fused (us) | symmAllReduce + norm (us) | NCCL + norm (us)%s | "
-             "(symm + norm) / fused | (NCCL + norm) / fused%s | #wrong\n",
+             "(symm + norm) / fused | (NCCL + norm) / fused%s | symmAllReduceAddRMSNorm (us) | "
+             "(symm + norm) / symmAllReduceAddRMSNorm | (NCCL + norm) / symmAllReduceAddRMSNorm | #wrong\n",
              O.nccl_window ? " | NCCL window + norm (us)" : "", O.nccl_window ? " | (NCCL window + norm) / fused" : "");
     }
     fflush(stdout);
@@ -349,6 +362,7 @@ static uint64_t run_table(struct tw *w, enum table t) {
       uint64_t bad = 0;
       for (int v = 0; v < NVARIANTS; v++) {
         if ((v == V_NCCL && !O.vs_nccl) || (v == V_NCCL_WINDOW && !O.nccl_window)) continue;
+        if (v == V_LIB && (t != T_RMSNORM || s.hidden % 8 != 0)) continue;
         prepare(w, &s, (enum variant)v);
         us[v] = time_graph(w, &s, (enum variant)v);
         if (O.check) {
@@ -381,6 +395,13 @@ static uint64_t run_table(struct tw *w, enum table t) {
         if (O.nccl_window) printf("  %9s", d);
         printf("  %7s  %7s", r1, r2);
         if (O.nccl_window) printf("  %7s", r3);
+        if (t == T_RMSNORM) {
+          char l[32], r4[32], r5[32];
+          fmt(us[V_LIB], l, sizeof l);
+          ratio(us[V_SYMM], us[V_LIB], r4, sizeof r4);
+          ratio(us[V_NCCL], us[V_LIB], r5, sizeof r5);
+          printf("  %9s  %7s  %7s", l, r4, r5);
+        }
         printf("  %6s\n", wb);
         fflush(stdout);
       }
@@ -440,6 +461,7 @@ static void body(struct tw *w, void *ctx) {
   TW_CU(tu_cu.cuMemAlloc(&R.out, R.bytes));
   TW_CU(tu_cu.cuMemAlloc(&R.residual, R.bytes));
   TW_CU(tu_cu.cuMemAlloc(&R.rms_out, R.bytes));
+  TW_CU(tu_cu.cuMemAlloc(&R.residual_out, R.bytes));
   TW_CU(tu_cu.cuMemAlloc(&R.weight, (size_t)O.hidden * 2));
   R.host = malloc(R.bytes);
   REQUIRE(R.host != NULL, "out of host memory");
@@ -475,6 +497,7 @@ static void body(struct tw *w, void *ctx) {
   TW_CU(tu_cu.cuMemFree(R.out));
   TW_CU(tu_cu.cuMemFree(R.residual));
   TW_CU(tu_cu.cuMemFree(R.rms_out));
+  TW_CU(tu_cu.cuMemFree(R.residual_out));
   TW_CU(tu_cu.cuMemFree(R.weight));
   check_symm(tw_free(w, &R.sym), "symmMemFree");
   check_symm(symmDevCommDestroy(R.r->comm, &R.dc), "symmDevCommDestroy");

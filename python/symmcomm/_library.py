@@ -117,6 +117,9 @@ FUNCTIONS: list[Function] = [
     Function("symmGroupEnd", symmResult_t, []),
     Function("symmAllReduce", symmResult_t,
              [buffer_t, buffer_t, c_size_t, symmDataType_t, symmRedOp_t, symmComm_t, cudaStream_t]),
+    Function("symmAllReduceAddRMSNorm", symmResult_t,
+             [buffer_t, buffer_t, buffer_t, buffer_t, buffer_t, c_size_t, c_size_t, ctypes.c_float, symmDataType_t,
+              symmComm_t, cudaStream_t]),
     Function("symmAllGather", symmResult_t, [buffer_t, buffer_t, c_size_t, symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmAllGatherWithProgress", symmResult_t,
              [buffer_t, buffer_t, c_size_t, symmDataType_t, P(c_uint32), c_size_t, symmComm_t, cudaStream_t]),
@@ -486,6 +489,11 @@ class SymmLibrary:
     # -- collectives ---------------------------------------------------------
     def symmAllReduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         self.call("symmAllReduce", send, recv, count, dtype, op, comm, stream, comm=comm)
+
+    def symmAllReduceAddRMSNorm(self, input, residual, weight, out, residual_out, tokens, hidden, eps, dtype, comm,
+                                stream) -> None:
+        self.call("symmAllReduceAddRMSNorm", input, residual, weight, out, residual_out, tokens, hidden, eps, dtype,
+                  comm, stream, comm=comm)
 
     def symmAllGather(self, send, recv, sendcount, dtype, comm, stream) -> None:
         self.call("symmAllGather", send, recv, sendcount, dtype, comm, stream, comm=comm)

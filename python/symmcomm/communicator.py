@@ -404,6 +404,35 @@ class Communicator:
                                 self.handle, self._stream(stream))
         return out
 
+    def all_reduce_add_rms_norm(self, input, residual, weight, eps: float = 1e-6, *, out=None, residual_out=None,
+                                stream=None):
+        """The end of a tensor-parallel layer at inference, in one call
+        (symmAllReduceAddRMSNorm; what vLLM's fused_add_rms_norm does after
+        its all-reduce, and FlashInfer's allreduce fusion):
+        ``residual_out = all_reduce(input) + residual`` and
+        ``out = rms_norm(residual_out) * weight`` over the last dimension
+        (``hidden``; ``weight`` has ``hidden`` elements), fp32 arithmetic,
+        bfloat16, float16 or float32. By default in place as vLLM does it:
+        ``out`` is ``input`` and ``residual_out`` is ``residual``. Returns
+        ``(out, residual_out)``."""
+        for t, name in ((input, "input"), (residual, "residual"), (weight, "weight")):
+            self._tensor(t, name)
+        out = input if out is None else self._same_as(out, input, "out")
+        residual_out = residual if residual_out is None else self._same_as(residual_out, residual, "residual_out")
+        self._same_as(residual, input, "residual")
+        hidden = input.shape[-1] if input.dim() > 0 else 1
+        if weight.numel() != hidden:
+            raise invalid(f"weight has {weight.numel()} elements; the rows of input have {hidden}")
+        if weight.dtype != input.dtype:
+            raise invalid(f"weight is {weight.dtype} and input {input.dtype}; they must match")
+        if str(input.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
+            raise invalid(f"all_reduce_add_rms_norm takes bfloat16, float16 or float32 tensors, not {input.dtype}")
+        dt, _, _ = reduction_type(input.dtype, ReduceOp.SUM)
+        self._lib.symmAllReduceAddRMSNorm(input.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                                          residual_out.data_ptr(), input.numel() // max(hidden, 1), hidden,
+                                          float(eps), dt, self.handle, self._stream(stream))
+        return out, residual_out
+
     def all_gather_into_tensor(self, output, input, *, stream=None):
         """``output`` (world_size x input.numel() elements, rank r's block at r)
         = every rank's ``input``. In place when ``input`` is this rank's block

@@ -16,6 +16,7 @@
 
 pub mod allgather;
 pub mod allreduce;
+pub mod allreduce_norm;
 pub mod alltoall;
 pub mod alltoallv;
 mod algo;

@@ -174,6 +174,25 @@ pub struct CollArgs {
 }
 const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 8 + 40 + 32 + 8);
 
+/// `SymmNormArgs` (kernels/allreduce_norm.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NormArgs {
+    pub coll: CollArgs,
+    pub residual: u64,
+    pub residual_out: u64,
+    pub weight: u64,
+    pub rows: u64,
+    pub hidden: u32,
+    pub eps: f32,
+}
+const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4 + 8);
+
+/// `SYMM_NORM_MAX_UNITS`, `SYMM_NORM_MAX_THREADS`: a row is at most
+/// 8 x 1024 units of 8 bytes.
+pub(crate) const NORM_MAX_UNITS: u64 = 8;
+pub(crate) const NORM_MAX_THREADS: u64 = 1024;
+
 /// `SYMM_P2P_MAX_OPS`, `SYMM_P2P_BLOCKS`, `SYMM_P2P_FLAG_WORDS`.
 pub(crate) const P2P_MAX_OPS: usize = 16;
 pub(crate) const P2P_BLOCKS: u32 = 16;

@@ -42,6 +42,37 @@ pub extern "C" fn symmAllReduce(
     collective("symmAllReduce", comm, stream, req, coll::allreduce::all_reduce)
 }
 
+/// All-reduce, residual add and RMSNorm in one call, as a tensor-parallel
+/// layer ends at inference: `residualOut = allreduce(input) + residual`,
+/// `out = residualOut / sqrt(mean(residualOut^2) + eps) * weight`, per row
+/// of `hidden` elements (`tokens` rows; `weight` has `hidden`), fp32
+/// arithmetic, symmBfloat16, symmFloat16 or symmFloat32. Every rank gets
+/// the whole output. `out` may be `input` and `residualOut` may be
+/// `residual`; nothing else may overlap. Every pointer 16-byte aligned,
+/// rows a multiple of 16 bytes, at most 64 KiB.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllReduceAddRMSNorm(
+    input: *const c_void,
+    residual: *const c_void,
+    weight: *const c_void,
+    out: *mut c_void,
+    residualOut: *mut c_void,
+    tokens: usize,
+    hidden: usize,
+    eps: f32,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype };
+    boundary("symmAllReduceAddRMSNorm", comm, || {
+        let c = comm_arg(comm)?;
+        let _cur = c.device.make_current()?;
+        coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), &req)
+    })
+}
+
 /// Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.
 #[no_mangle]
 pub extern "C" fn symmAllGather(

@@ -283,6 +283,41 @@ def collectives_on_symmetric_tensors(c: Ctx):
 
 
 @check
+def all_reduce_add_rms_norm(c: Ctx):
+    """Communicator.all_reduce_add_rms_norm against torch: the sum plus the
+    residual, then torch's rms_norm, for bf16/fp16/fp32, 1 and 300 tokens
+    (the fused kernel and the two-kernel form), in place (the default) and
+    into new tensors."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    hidden = 2048
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for tokens in (1, 300):
+            g = torch.Generator(device="cpu").manual_seed(11)
+            ins = [torch.randn(tokens, hidden, generator=g) / 4 for _ in range(W)]
+            res = torch.randn(tokens, hidden, generator=g)
+            w = 1 + torch.rand(hidden, generator=g)
+            x = sum(i.to(dtype).double() for i in ins) + res.to(dtype).double()
+            want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w.to(dtype).double()
+            tol = {torch.bfloat16: 3e-2, torch.float16: 4e-3, torch.float32: 1e-4}[dtype]
+            for in_place in (True, False):
+                inp, r = ins[R].to(dtype).to(dev), res.to(dtype).to(dev)
+                kw = {} if in_place else {"out": torch.empty_like(inp), "residual_out": torch.empty_like(r)}
+                out, rout = comm.all_reduce_add_rms_norm(inp, r, w.to(dtype).to(dev), 1e-6, **kw)
+                torch.cuda.synchronize()
+                tag = f"{dtype} {tokens} tokens {'in place' if in_place else 'into new tensors'}"
+                c.expect((out is inp) == in_place and (rout is r) == in_place, f"returned tensors, {tag}")
+                c.expect(torch.allclose(rout.double().cpu(), x, rtol=tol, atol=tol), f"residual_out, {tag}")
+                c.expect(torch.allclose(out.double().cpu(), want, rtol=tol, atol=tol), f"out, {tag}")
+    try:
+        comm.all_reduce_add_rms_norm(torch.zeros(4, 12, device=dev, dtype=torch.bfloat16),
+                                     torch.zeros(4, 12, device=dev, dtype=torch.bfloat16),
+                                     torch.ones(12, device=dev, dtype=torch.bfloat16))
+        c.expect(False, "hidden 12 was accepted")
+    except symmcomm.SymmInvalidArgumentError as e:
+        c.expect("multiple of 8" in str(e), f"hidden 12: {e}")
+
+
+@check
 def graph_capture(c: Ctx):
     """all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured
     in one CUDA graph, replayed 10 times with new inputs."""

@@ -1,0 +1,234 @@
+/*
+ * coll_allreduce_norm <mp|all> [--nranks=N]
+ *
+ * symmAllReduceAddRMSNorm against an fp64 reference:
+ *   residualOut = sum over ranks of input + residual
+ *   out         = residualOut / sqrt(mean(residualOut^2) + eps) * weight
+ * for bf16, fp16 and fp32, shapes that take the fused LL kernel (up to the
+ * all-reduce's LL limit) and the two-kernel form (all-reduce, then add and
+ * norm), rows from 16 bytes to the 64 KiB maximum, staged and symmetric
+ * inputs, separate outputs and the two aliases the call allows (out =
+ * input, residualOut = residual), a CUDA graph replayed twice, and bad
+ * arguments (refused on each rank, nothing enqueued).
+ *
+ * The inputs are multiples of 1/16 small enough that every sum and
+ * residualOut are exact in each type: residualOut must equal the reference
+ * exactly, and out must be within 2 units in the last place of the type
+ * (fp32: 1e-5 relative) plus 1e-6 absolute. The largest error per type is
+ * printed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_util.h"
+
+#define EPS 1e-5f
+
+static const int dtypes[] = {symmBfloat16, symmFloat16, symmFloat32};
+static double max_err[3];
+
+static double in_val(int r, size_t t, size_t h) { return (double)((int)((r * 7 + t * 13 + h * 3) % 17) - 8) / 16.0; }
+static double res_val(size_t t, size_t h) { return (double)((int)((t * 5 + h) % 11) - 5) / 8.0; }
+static double w_val(size_t h) { return 0.5 + (double)(h % 7) / 8.0; }
+
+static int dt_index(int dt) { return dt == symmBfloat16 ? 0 : dt == symmFloat16 ? 1 : 2; }
+
+static uint64_t enc(int dt, double v) {
+  if (dt == symmBfloat16) return cw_float_to_bf16((float)v);
+  if (dt == symmFloat16) return cw_float_to_f16((float)v);
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static double dec(int dt, uint64_t u) {
+  if (dt == symmBfloat16) return cw_bf16_to_float((uint32_t)u);
+  if (dt == symmFloat16) return cw_f16_to_float((uint32_t)u);
+  float f;
+  uint32_t x = (uint32_t)u;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+/* Relative tolerance of out: two units in the last place. */
+static double tolerance(int dt) { return dt == symmBfloat16 ? 2.0 / 128 : dt == symmFloat16 ? 2.0 / 1024 : 1e-5; }
+
+enum alias { SEPARATE, IN_PLACE };
+
+/* One case on every rank; graph: capture the call and replay it twice. */
+static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw_class cls, enum alias al, int graph) {
+  const int es = cw_dt[dt].size, n = w->nranks, di = dt_index(dt);
+  const size_t elems = tokens * hidden, bytes = elems * es;
+  struct cw_buf IN, RES, WT, OUT, ROUT;
+  cw_buf_alloc(w, &IN, cls, bytes);
+  cw_buf_alloc(w, &RES, CW_STAGED, bytes);
+  cw_buf_alloc(w, &WT, CW_STAGED, hidden * es);
+  cw_buf_alloc(w, &OUT, CW_STAGED, bytes);
+  cw_buf_alloc(w, &ROUT, CW_STAGED, bytes);
+  uint8_t *host = malloc(bytes);
+  REQUIRE(host != NULL, "out of host memory");
+  tw_phase("%s %zu x %zu, %s input, %s%s", cw_dt[dt].name, tokens, hidden, cw_class_name[cls],
+           al == IN_PLACE ? "out = input, residualOut = residual" : "separate outputs", graph ? ", graph" : "");
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(IN.p[i], host, bytes));
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(RES.p[i], host, bytes));
+    for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(WT.p[i], host, hidden * es));
+    CU_REQUIRE(cw_cu.cuMemsetD8Async(OUT.p[i], 0xA5, bytes, r->stream));
+    CU_REQUIRE(cw_cu.cuMemsetD8Async(ROUT.p[i], 0xA5, bytes, r->stream));
+    tw_stream_wait(r, 60, "poisoning the outputs");
+  }
+  tw_host_barrier(w, "buffers ready");
+  CUgraph g[TW_MAX_RANKS] = {0};
+  CUgraphExec ge[TW_MAX_RANKS] = {0};
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    if (graph) TW_CU(tu_cu.cuStreamBeginCapture(r->stream, TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    void *in = (void *)(uintptr_t)IN.p[i], *res = (void *)(uintptr_t)RES.p[i];
+    void *out = al == IN_PLACE ? in : (void *)(uintptr_t)OUT.p[i];
+    void *rout = al == IN_PLACE ? res : (void *)(uintptr_t)ROUT.p[i];
+    TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, (void *)(uintptr_t)WT.p[i], out, rout, tokens, hidden, EPS,
+                                               (symmDataType_t)dt, r->comm, r->stream));
+    if (graph) {
+      CUresult rc = tu_cu.cuStreamEndCapture(r->stream, &g[i]);
+      TW_REQUIRE(r, rc == 0 && g[i], "cuStreamEndCapture: %s", tu_cu_error(rc));
+    }
+  }
+  if (graph)
+    for (int rep = 0; rep < 2; rep++)
+      for (int i = 0; i < w->nlocal; i++) {
+        tw_use(&w->r[i]);
+        if (rep == 0) TW_CU(tu_cu.cuGraphInstantiateWithFlags(&ge[i], g[i], 0));
+        TW_CU(tu_cu.cuGraphLaunch(ge[i], w->r[i].stream));
+      }
+  double worst = 0;
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "the fused all-reduce + RMSNorm did not finish");
+    tw_use(r);
+    /* Reference rows, then the two outputs. */
+    double *x = malloc(elems * sizeof(double));
+    REQUIRE(x != NULL, "out of host memory");
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) {
+        double s = res_val(t, h);
+        for (int q = 0; q < n; q++) s += in_val(q, t, h);
+        x[t * hidden + h] = s;
+      }
+    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, al == IN_PLACE ? RES.p[i] : ROUT.p[i], bytes));
+    size_t wrong = 0, first = 0;
+    for (size_t e = 0; e < elems; e++)
+      if (dec(dt, cw_get(host, e, es)) != x[e] && wrong++ == 0) first = e;
+    TW_CHECK(r, wrong == 0, "residualOut: %zu wrong element(s); the first, %zu, is %g, expected %g", wrong, first,
+             dec(dt, cw_get(host, first, es)), x[first]);
+    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, al == IN_PLACE ? IN.p[i] : OUT.p[i], bytes));
+    wrong = 0;
+    for (size_t t = 0; t < tokens; t++) {
+      double ss = 0;
+      for (size_t h = 0; h < hidden; h++) ss += x[t * hidden + h] * x[t * hidden + h];
+      const double inv = 1.0 / sqrt(ss / (double)hidden + (double)EPS);
+      for (size_t h = 0; h < hidden; h++) {
+        const size_t e = t * hidden + h;
+        const double want = x[e] * inv * w_val(h), got = dec(dt, cw_get(host, e, es));
+        const double err = fabs(got - want), rel = err / (fabs(want) > 1e-30 ? fabs(want) : 1.0);
+        if (rel > worst) worst = rel;
+        if (!(err <= tolerance(dt) * fabs(want) + 1e-6) && wrong++ == 0) first = e;
+      }
+    }
+    TW_CHECK(r, wrong == 0, "out: %zu element(s) off by more than %g relative; the first, %zu, is %g", wrong,
+             tolerance(dt), first, dec(dt, cw_get(host, first, es)));
+    free(x);
+    if (graph) {
+      TW_CU(tu_cu.cuGraphExecDestroy(ge[i]));
+      TW_CU(tu_cu.cuGraphDestroy(g[i]));
+    }
+  }
+  if (worst > max_err[di]) max_err[di] = worst;
+  free(host);
+  tw_host_barrier(w, "checked");
+  cw_buf_free(w, &IN);
+  cw_buf_free(w, &RES);
+  cw_buf_free(w, &WT);
+  cw_buf_free(w, &OUT);
+  cw_buf_free(w, &ROUT);
+}
+
+static void refused(struct tw_rank *r, const char *what, symmResult_t rc, symmResult_t want, const char *says) {
+  char msg[1024];
+  const char *m = tu_last_error(r->comm, msg, sizeof msg);
+  TW_CHECK(r, rc == want, "%s: %s, expected %s", what, tu_result_name(rc), tu_result_name(want));
+  TW_CHECK(r, tu_contains_ci(m, says), "%s: the message does not say \"%s\": %s", what, says, m ? m : "(NULL)");
+}
+
+/* Bad arguments, each rank alone: refused before anything is enqueued. */
+static void bad_input(struct tw *w) {
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    CUdeviceptr a = 0;
+    tw_use(r);
+    CU_REQUIRE(tu_cu.cuMemAlloc(&a, 4 << 20));
+    char *in = (char *)(uintptr_t)a, *res = in + (1 << 20), *wt = in + (2 << 20), *out = in + (3 << 20);
+    const symmDataType_t bf = symmBfloat16;
+    refused(r, "hidden 12", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 12, EPS, bf, r->comm, r->stream),
+            symmInvalidArgument, "multiple of 8");
+    refused(r, "int32", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, EPS, symmInt32, r->comm, r->stream),
+            symmInvalidArgument, "symmBfloat16");
+    refused(r, "out = residual", symmAllReduceAddRMSNorm(in, res, wt, res, res, 4, 64, EPS, bf, r->comm, r->stream),
+            symmInvalidArgument, "overlap");
+    refused(r, "weight misaligned",
+            symmAllReduceAddRMSNorm(in, res, wt + 2, out, res, 4, 64, EPS, bf, r->comm, r->stream),
+            symmInvalidArgument, "16-byte");
+    refused(r, "NULL weight", symmAllReduceAddRMSNorm(in, res, NULL, out, res, 4, 64, EPS, bf, r->comm, r->stream),
+            symmInvalidArgument, "weight is NULL");
+    refused(r, "negative eps", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, -1.0f, bf, r->comm, r->stream),
+            symmInvalidArgument, "eps");
+    refused(r, "hidden 65536",
+            symmAllReduceAddRMSNorm(in, res, wt, out, res, 1, 65536, EPS, bf, r->comm, r->stream), symmNotSupported,
+            "64 KiB");
+    symmResult_t async = symmInternalError;
+    TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));
+    TW_CHECK(r, async == symmSuccess, "bad arguments left an asynchronous error: %s", tu_result_name(async));
+    CU_REQUIRE(tu_cu.cuMemFree(a));
+  }
+}
+
+static void body(struct tw *w, void *ctx) {
+  (void)ctx;
+  if (tw_init_comms(w) != symmSuccess) return;
+  /* tokens x hidden: LL-sized (one row, a few, 16-byte rows) and from 2 MiB
+   * (the two-kernel form), and the widest row (64 KiB: 8 units a thread). */
+  static const size_t shapes[][2] = {{1, 4096}, {7, 1024}, {16, 8}, {48, 2048}, {300, 4096}};
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+    const int dt = dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      const size_t hidden = dt == symmFloat32 && shapes[s][1] == 8 ? 4 : shapes[s][1];
+      run_case(w, dt, shapes[s][0], hidden, CW_STAGED, SEPARATE, 0);
+      run_case(w, dt, shapes[s][0], hidden, CW_SYMMETRIC, IN_PLACE, 0);
+    }
+    run_case(w, dt, 2, dt == symmFloat32 ? 16384 : 32768, CW_STAGED, SEPARATE, 0);
+    run_case(w, dt, 5, 4096, CW_SYMMETRIC, SEPARATE, 1);
+    run_case(w, dt, 400, 2048, CW_STAGED, SEPARATE, 1);
+  }
+  tw_log(w, "largest relative error of out against the fp64 reference: bf16 %.3g, fp16 %.3g, fp32 %.3g "
+         "(bounds %.3g, %.3g, %.3g); residualOut exact", max_err[0], max_err[1], max_err[2], tolerance(symmBfloat16),
+         tolerance(symmFloat16), tolerance(symmFloat32));
+  bad_input(w);
+  tw_destroy_comms(w);
+}
+
+int main(int argc, char **argv) {
+  static struct tw_spec spec = {.name = "coll_allreduce_norm", .modes = "mp,all", .body = body};
+  spec.limit_s = 300;
+  spec.process_init = cw_process_init;
+  return tw_main(&spec, argc, argv);
+}

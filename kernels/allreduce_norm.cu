@@ -1,0 +1,151 @@
+// All-reduce + residual add + RMSNorm (symmAllReduceAddRMSNorm), the step
+// every tensor-parallel transformer layer ends with at inference:
+//   residual_out = allreduce(input) + residual
+//   out          = residual_out / sqrt(mean(residual_out^2) + eps) * weight
+//
+// One block per row (token), grid-stride over rows; a thread holds up to
+// SYMM_NORM_MAX_UNITS 8-byte units of its row in registers, so the row is
+// read once, normalised with one block reduction, and written once.
+//
+// Two forms (src/coll/allreduce_norm.rs picks one):
+//  - allreduce_norm_ll: for messages that fit the LL slots (decode sizes).
+//    Every rank sends its rows to every peer as LL packets (ll.cuh), then
+//    sums each unit over the ranks in rank order in fp32 (so every rank
+//    gets the same bits), adds the residual and normalises. One kernel, no
+//    cross-rank sync, any input buffer.
+//  - add_norm: reads the sums from coll.send, where the library's
+//    all-reduce has left them in `out` (any size, any algorithm; or the
+//    input itself at one rank), adds and normalises into coll.recv.
+//
+// Both keep the sum of squares in fp32 before rounding the residual, and
+// normalise the rounded residual (as vLLM's fused_add_rms_norm does).
+// Aliasing: residual_out may be residual and out may be input; each unit
+// is read and then written by the same thread, and peers only ever read
+// the LL packets, never the input.
+#include "ll.cuh"
+#include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE: fp16, fp32, bf16
+
+// Sum of v over the block, in every thread (blockDim.x a multiple of 32).
+__device__ __forceinline__ float norm_block_sum(float v) {
+  __shared__ float part[SYMM_NORM_MAX_THREADS / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // part[] of the previous row has been read
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < blockDim.x / 32 ? part[lane] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Row `row`'s sums are in x (this thread's units k: unit threadIdx.x + k *
+// blockDim.x of the row): add the residual, store residual_out, normalise,
+// store out. Every thread of the block calls it (block reduction).
+template <typename T>
+__device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+  constexpr uint32_t E = 8 / sizeof(T);
+  float ss = 0.f;
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+    if (j >= upr) break;
+    const uint64_t off = (row * upr + j) * 8;
+    LLUnit<T> res, out;
+    res.u = *reinterpret_cast<const uint2*>(n.residual + off);
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) {
+      const float v = x[k][e] + to_acc(res.e[e]);
+      ss += v * v;
+      out.e[e] = from_acc<T>(v);
+      x[k][e] = to_acc(out.e[e]);  // normalise what residual_out holds
+    }
+    *reinterpret_cast<uint2*>(n.residual_out + off) = out.u;
+  }
+  const float inv = rsqrtf(norm_block_sum(ss) / (float)n.hidden + n.eps);
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+    if (j >= upr) break;
+    LLUnit<T> w, out;
+    w.u = *reinterpret_cast<const uint2*>(n.weight + j * 8);
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) out.e[e] = from_acc<T>(x[k][e] * inv * to_acc(w.e[e]));
+    *reinterpret_cast<uint2*>(n.coll.recv + (row * upr + j) * 8) = out.u;
+  }
+}
+
+template <typename T>
+__device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
+  const SymmCollArgs& a = n.coll;
+  constexpr uint32_t E = 8 / sizeof(T);
+  const LLState s = ll_begin(a);
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
+  // This block's rows to every peer first, so no rank waits on a row that
+  // a block of its own has not sent yet.
+  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
+    for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) {
+      const uint64_t u = row * upr + j;
+      const uint2 v = *reinterpret_cast<const uint2*>(a.send + u * 8);
+      for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+    }
+  bool ok = true;
+  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    float x[SYMM_NORM_MAX_UNITS][E];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      const uint64_t u = row * upr + j;
+      for (uint32_t r = 0; r < a.nranks; ++r) {
+        LLUnit<T> in;
+        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + u * 8);
+        else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &in.u)) {
+          ok = false;
+          in.u = make_uint2(0, 0);
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+      }
+    }
+    // A thread that gave up stops the whole block before anything is
+    // written from what it did not receive.
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+    norm_finish_row<T>(n, row, upr, x);
+  }
+  ll_end(a, s, ok);
+}
+
+template <typename T>
+__device__ void add_norm_body(const SymmNormArgs& n) {
+  constexpr uint32_t E = 8 / sizeof(T);
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;
+  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    float x[SYMM_NORM_MAX_UNITS][E];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      LLUnit<T> in;
+      in.u = *reinterpret_cast<const uint2*>(n.coll.send + (row * upr + j) * 8);
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
+    }
+    norm_finish_row<T>(n, row, upr, x);
+  }
+}
+
+#define SYMM_NORM_KERNELS(family, suffix, T)                                                              \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll_##suffix(SymmNormArgs n) { \
+    allreduce_norm_ll_body<T>(n);                                                                          \
+  }                                                                                                        \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_add_norm_##suffix(SymmNormArgs n) {         \
+    add_norm_body<T>(n);                                                                                   \
+  }
+
+SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_NORM_KERNELS, norm)

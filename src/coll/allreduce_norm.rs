@@ -1,0 +1,217 @@
+//! symmAllReduceAddRMSNorm: the all-reduce that ends a tensor-parallel
+//! layer, fused with the residual add and the RMSNorm that follow it
+//! (kernels/allreduce_norm.cu):
+//!
+//! ```text
+//! residual_out = allreduce(input) + residual
+//! out          = residual_out / sqrt(mean(residual_out^2) + eps) * weight
+//! ```
+//!
+//! Where the message fits the LL slots (decode sizes; the all-reduce's own
+//! LL limit) one kernel does it all with LL packets; above, the library's
+//! all-reduce leaves the sum in `out` and one kernel adds and normalises in
+//! place (the all-reduce plus a norm kernel, which it is; the fused
+//! two-shot form, each rank normalising its share of the rows, is not built
+//! yet). At one rank only the norm kernel runs.
+//! Like the collectives: the caller's stream, graph-capturable, bounded
+//! waits, any buffer class.
+
+use std::ffi::{c_void, CStr};
+
+use cudarc::driver::sys::CUstream;
+
+use super::{allreduce, CollId, Request};
+use crate::comm::Comm;
+use crate::cuda::abi::{NormArgs, NORM_MAX_THREADS, NORM_MAX_UNITS};
+use crate::cuda::launch::{self, LaunchConfig};
+use crate::error::{bail, Result};
+use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
+
+/// The arguments of one call, as C passes them.
+pub struct NormRequest {
+    pub input: *const c_void,
+    pub residual: *const c_void,
+    pub weight: *const c_void,
+    pub out: *mut c_void,
+    pub residual_out: *mut c_void,
+    pub tokens: usize,
+    pub hidden: usize,
+    pub eps: f32,
+    pub dtype: RawDataType,
+}
+
+/// Kernel names for the element types the op exists for.
+fn kernels(dtype: symmDataType_t) -> Option<(&'static CStr, &'static CStr)> {
+    use symmDataType_t::*;
+    match dtype {
+        symmBfloat16 => Some((c"symm_allreduce_norm_ll_bf16", c"symm_add_norm_bf16")),
+        symmFloat16 => Some((c"symm_allreduce_norm_ll_f16", c"symm_add_norm_f16")),
+        symmFloat32 => Some((c"symm_allreduce_norm_ll_f32", c"symm_add_norm_f32")),
+        _ => None,
+    }
+}
+
+/// Threads for rows of `units` 8-byte units: one unit a thread up to a
+/// full block, then up to NORM_MAX_UNITS each. At decode sizes a row's
+/// peer packets are then polled by as many threads at once as it has
+/// units: the polls of one thread follow each other.
+fn threads_for(units: u64) -> u32 {
+    (units.div_ceil(32) * 32).clamp(32, NORM_MAX_THREADS) as u32
+}
+
+/// The checks before anything is enqueued: shapes, element type, pointers,
+/// alignment (16 bytes: the kernels move 8-byte units of rows that are
+/// 16-byte multiples) and aliasing. Returns the element type.
+fn check(r: &NormRequest) -> Result<symmDataType_t> {
+    let Some(dtype) = symmDataType_t::from_raw(r.dtype) else {
+        bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t", r.dtype);
+    };
+    if kernels(dtype).is_none() {
+        bail!(symmInvalidArgument, "datatype {dtype:?}: the fused all-reduce + RMSNorm takes symmBfloat16, symmFloat16 or symmFloat32");
+    }
+    let es = dtype.size();
+    if r.hidden == 0 || (r.hidden * es) % 16 != 0 {
+        bail!(symmInvalidArgument, "hidden {} is not a positive multiple of {} elements (rows must be 16-byte multiples)", r.hidden, 16 / es);
+    }
+    let max_hidden = (NORM_MAX_UNITS * NORM_MAX_THREADS * 8) as usize / es;
+    if r.hidden > max_hidden {
+        bail!(symmNotSupported, "hidden {} is above the {max_hidden} elements a row may have ({dtype:?}: 64 KiB, held in one block's registers)", r.hidden);
+    }
+    if !(r.eps.is_finite() && r.eps >= 0.0) {
+        bail!(symmInvalidArgument, "eps {} must be finite and not negative", r.eps);
+    }
+    let row_bytes = r.hidden * es;
+    let Some(bytes) = r.tokens.checked_mul(row_bytes).filter(|&b| b <= isize::MAX as usize) else {
+        bail!(symmInvalidArgument, "tokens {} x hidden {} overflows", r.tokens, r.hidden);
+    };
+    let buffers: [(&str, usize, usize); 5] = [
+        ("input", r.input as usize, bytes),
+        ("residual", r.residual as usize, bytes),
+        ("weight", r.weight as usize, row_bytes),
+        ("out", r.out as usize, bytes),
+        ("residualOut", r.residual_out as usize, bytes),
+    ];
+    for (name, p, _) in buffers {
+        if p == 0 {
+            bail!(symmInvalidArgument, "{name} is NULL");
+        }
+        if p % 16 != 0 {
+            bail!(symmInvalidArgument, "{name} ({p:#x}) is not 16-byte aligned");
+        }
+    }
+    // out may be input and residualOut may be residual, exactly; nothing
+    // else may overlap (the two-kernel form writes out before it reads
+    // residual).
+    for (i, &(a, pa, na)) in buffers.iter().enumerate() {
+        for &(b, pb, nb) in &buffers[i + 1..] {
+            let allowed = (a == "input" && b == "out" || a == "residual" && b == "residualOut") && pa == pb;
+            if !allowed && pa < pb + nb && pb < pa + na && bytes > 0 {
+                bail!(
+                    symmInvalidArgument,
+                    "{a} and {b} overlap; only out = input and residualOut = residual may alias (exactly)"
+                );
+            }
+        }
+    }
+    Ok(dtype)
+}
+
+/// Enqueue the fused op on `stream` (the communicator's context current).
+pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -> Result<()> {
+    let dtype = check(r)?;
+    let Some(call) = Request::new(CollId::AllReduce, r.input, r.out, r.tokens * r.hidden, r.dtype)
+        .op(symmRedOp_t::symmSum as i32)
+        .validate(comm, stream)?
+    else {
+        return Ok(()); // no tokens
+    };
+    let bytes = (r.tokens * r.hidden * dtype.size()) as usize;
+    comm.check_buffer(r.residual, bytes, "residual")?;
+    comm.check_buffer(r.residual_out, bytes, "residualOut")?;
+    comm.check_buffer(r.weight, r.hidden * dtype.size(), "weight")?;
+    let (ll_kernel, norm_kernel) = kernels(dtype).expect("checked");
+    let units = (r.hidden * dtype.size() / 8) as u64;
+    let mut n = NormArgs {
+        coll: call.args(),
+        residual: r.residual as u64,
+        residual_out: r.residual_out as u64,
+        weight: r.weight as u64,
+        rows: r.tokens as u64,
+        hidden: r.hidden as u32,
+        eps: r.eps,
+    };
+    let fused = call.use_ll(bytes as u64);
+    if !fused && comm.nranks > 1 {
+        // The sums into out by the all-reduce's own choice of algorithm;
+        // the norm kernel reads them there. (One rank has nothing to add:
+        // the norm kernel reads the input.)
+        allreduce::all_reduce(&call)?;
+        n.coll.send = r.out as u64;
+    }
+    let grid = (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32;
+    let f = comm.device.module().function(if fused { ll_kernel } else { norm_kernel })?;
+    let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
+    launch::launch(f, LaunchConfig { grid, block: threads_for(units), shared_mem: 0 }, stream, &mut params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(hidden: usize, dtype: symmDataType_t) -> NormRequest {
+        NormRequest {
+            input: 0x1000 as *const c_void,
+            residual: 0x100000 as *const c_void,
+            weight: 0x200000 as *const c_void,
+            out: 0x300000 as *mut c_void,
+            residual_out: 0x400000 as *mut c_void,
+            tokens: 4,
+            hidden,
+            eps: 1e-6,
+            dtype: dtype as RawDataType,
+        }
+    }
+
+    #[test]
+    fn rows_fit_one_block() {
+        assert_eq!(threads_for(1), 32);
+        assert_eq!(threads_for(1024), 1024, "hidden 4096 bf16: one unit a thread");
+        assert_eq!(threads_for(2048), 1024, "hidden 8192 bf16: two");
+        assert_eq!(threads_for(100), 128);
+        for units in [1, 7, 100, 1000, 4096, 8192] {
+            let t = threads_for(units) as u64;
+            assert!(t % 32 == 0 && t <= NORM_MAX_THREADS && t * NORM_MAX_UNITS >= units, "{units}: {t}");
+        }
+    }
+
+    #[test]
+    fn checks_shapes_types_alignment_and_aliasing() {
+        use symmDataType_t::*;
+        assert!(check(&req(4096, symmBfloat16)).is_ok());
+        assert!(check(&req(4096, symmFloat32)).is_ok());
+        assert!(check(&req(4096, symmInt32)).unwrap_err().msg.contains("symmBfloat16"));
+        assert!(check(&req(12, symmBfloat16)).unwrap_err().msg.contains("multiple of 8"));
+        assert!(check(&req(0, symmFloat16)).is_err());
+        let big = check(&req(65536, symmBfloat16)).unwrap_err();
+        assert_eq!(big.code, crate::error::symmResult_t::symmNotSupported);
+        let mut r = req(4096, symmBfloat16);
+        r.eps = f32::NAN;
+        assert!(check(&r).unwrap_err().msg.contains("eps"));
+        let mut r = req(4096, symmBfloat16);
+        r.weight = 0x200008 as *const c_void;
+        assert!(check(&r).unwrap_err().msg.contains("16-byte"));
+        let mut r = req(4096, symmBfloat16);
+        r.out = r.input as *mut c_void;
+        r.residual_out = r.residual as *mut c_void;
+        assert!(check(&r).is_ok(), "the two aliases it supports");
+        let mut r = req(4096, symmBfloat16);
+        r.out = r.residual as *mut c_void;
+        assert!(check(&r).unwrap_err().msg.contains("overlap"));
+        let mut r = req(4096, symmBfloat16);
+        r.out = (r.input as usize + 16) as *mut c_void;
+        assert!(check(&r).unwrap_err().msg.contains("input and out overlap"));
+        let mut r = req(4096, symmBfloat16);
+        r.residual = std::ptr::null();
+        assert!(check(&r).unwrap_err().msg.contains("residual is NULL"));
+    }
+}
