@@ -132,6 +132,9 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   const size_t v_counts[1] = {4};
   EXPECT(symmAllToAllv(FAKE_PTR, v_counts, v_counts, FAKE_PTR, v_counts, v_counts, symmInt32, bad, NULL), want, NULL,
          "symmAllToAllv", kw);
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, symmInt32, bad,
+                             NULL),
+         want, NULL, "symmAllToAllvDevice", kw);
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
@@ -443,6 +446,18 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          symmInvalidArgument, a, "symmAllToAllv", "datatype 42");
   EXPECT(symmAllToAllv(FAKE_PTR, v_one, v_zero, FAKE_PTR, v_one, v_zero, symmInt8, a, NULL), symmInvalidArgument, a,
          "symmAllToAllv", "overlap");
+  int64_t *const dev_words = (int64_t *)FAKE_PTR;
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, symmInt8, a, NULL), symmInvalidArgument, a,
+         "symmAllToAllvDevice", "sendSplits is NULL");
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, symmInt8, a, NULL), symmInvalidArgument,
+         a, "symmAllToAllvDevice", "outSplitsOffsets is NULL");
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)((char *)FAKE_PTR + 4), FAKE_PTR, 4, dev_words, symmInt8, a,
+                             NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice", "8-byte");
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, (symmDataType_t)77, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice", "datatype 77");
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice", "symmetric or registered");
   EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
   EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");
   EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");

@@ -839,6 +839,20 @@ symmResult_t symmAllToAll(const void *sendbuff, void *recvbuff, size_t count, sy
 symmResult_t symmAllToAllv(const void *sendbuff, const size_t *sendcounts, const size_t *sdispls, void *recvbuff, const size_t *recvcounts, const size_t *rdispls, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
+ * All-to-all-v with the send counts in device memory (PyTorch's
+ * all_to_all_vdev): `sendSplits` (nranks int64, device) gives the elements
+ * for each rank, whose blocks lie back to back in sendbuff, rank order;
+ * the blocks received land back to back in recvbuff in rank order, and
+ * `outSplitsOffsets` (2 x nranks int64, device) gets the count received
+ * from each rank, then each block's offset in recvbuff. sendbuff must be in
+ * a symmetric or registered buffer (the receivers read it); recvbuff holds
+ * `recvCapacity` elements. Nothing crosses the host: CUDA graphs replay
+ * with new counts. Counts that do not fit move nothing and leave an
+ * asynchronous error (symmInvalidUsage) naming the rank and the size.
+ */
+symmResult_t symmAllToAllvDevice(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+
+/**
  * Send count elements to `peer`, matched in order with its symmRecv.
  * Inside symmGroupStart/End, launched with the group's other sends and
  * receives at symmGroupEnd.

@@ -182,6 +182,17 @@ static_assert(sizeof(SymmNormArgs) == sizeof(SymmCollArgs) + 8 * 4 + 8, "SymmNor
 #define SYMM_NORM_MAX_UNITS 8      // 8-byte units of a row one thread holds
 #define SYMM_NORM_MAX_THREADS 1024 // so a row is at most 64 KiB
 
+// ---- All-to-all-v with the counts on the device (alltoallv_device.cu) ----
+struct SymmA2AVDevArgs {
+  SymmCollArgs coll;           // send: this rank's input (src[r]: rank r's), recv: the output
+  const int64_t* splits;       // this rank's send count to each rank (elements), device memory
+  int64_t* out_splits_offsets; // [2][nranks]: the count received from each rank, its offset in recv
+  uint64_t send_capacity;      // elements from send to the end of its buffer
+  uint64_t recv_capacity;      // elements recv holds
+};
+static_assert(sizeof(SymmA2AVDevArgs) == sizeof(SymmCollArgs) + 8 * 4, "SymmA2AVDevArgs layout");
+#define SYMM_A2AV_TAG 0xFD000000u  // SymmStatus mine[0]: an all-to-all-v's counts do not fit (mine[3]: which)
+
 // ---- Point-to-point ------------------------------------------------------
 
 #define SYMM_P2P_MAX_OPS 16       // sends + receives in one launch

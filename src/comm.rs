@@ -484,8 +484,28 @@ fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
 }
 
 fn mismatch_error(s: &Status) -> Error {
+    let wide = |w: &[u32; 4]| w[1] as u64 | (w[2] as u64) << 32;
+    if s.mine[0] == abi::A2AV_TAG {
+        return if s.mine[3] == 2 {
+            err!(
+                symmInvalidUsage,
+                "rank {}: symmAllToAllvDevice would receive {} elements, but recvCapacity is {}; nothing was moved",
+                s.rank,
+                wide(&s.mine),
+                wide(&s.theirs)
+            )
+        } else {
+            err!(
+                symmInvalidUsage,
+                "rank {}: symmAllToAllvDevice: rank {}'s send counts are negative or run past the end of its sendbuff; \
+                 nothing was moved",
+                s.rank,
+                wide(&s.mine)
+            )
+        };
+    }
     if s.mine[0] == abi::P2P_SIZE_TAG {
-        let bytes = |w: &[u32; 4]| w[1] as u64 | (w[2] as u64) << 32;
+        let bytes = wide;
         return err!(
             symmInvalidUsage,
             "rank {} sends {} bytes to rank {}, which receives {} bytes: a send and its receive must have the same \

@@ -133,6 +133,8 @@ FUNCTIONS: list[Function] = [
     Function("symmAllToAllv", symmResult_t,
              [buffer_t, P(c_size_t), P(c_size_t), buffer_t, P(c_size_t), P(c_size_t), symmDataType_t, symmComm_t,
               cudaStream_t]),
+    Function("symmAllToAllvDevice", symmResult_t,
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
@@ -489,6 +491,11 @@ class SymmLibrary:
     # -- collectives ---------------------------------------------------------
     def symmAllReduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         self.call("symmAllReduce", send, recv, count, dtype, op, comm, stream, comm=comm)
+
+    def symmAllToAllvDevice(self, send, splits, recv, recv_capacity, out_splits_offsets, dtype, comm,
+                            stream) -> None:
+        self.call("symmAllToAllvDevice", send, splits, recv, recv_capacity, out_splits_offsets, dtype, comm, stream,
+                  comm=comm)
 
     def symmAllReduceAddRMSNorm(self, input, residual, weight, out, residual_out, tokens, hidden, eps, dtype, comm,
                                 stream) -> None:

@@ -483,6 +483,48 @@ class Communicator:
                              self.handle, self._stream(stream))
         return out
 
+    def all_to_all_vdev(self, input, out, in_splits, out_splits_offsets, *, stream=None):
+        """PyTorch's ``torch.ops.symm_mem.all_to_all_vdev`` on this
+        communicator (symmAllToAllvDevice): ``in_splits`` (int64, world_size,
+        on the GPU) gives the rows of ``input`` (dim 0) for each rank, in rank
+        order; the rows received land in ``out`` in rank order, and
+        ``out_splits_offsets`` (int64, 2 x world_size) gets the rows received
+        from each rank and where they start. The counts never reach the host:
+        CUDA graphs replay with new counts. ``input`` must be a symmetric
+        tensor (symmcomm.symmetric_memory.empty) or in a registered buffer;
+        ``out``'s rows are its capacity. Returns ``out``."""
+        torch = require_torch("all_to_all_vdev")
+        self._tensor(input, "input")
+        self._tensor(out, "out")
+        self._tensor(in_splits, "in_splits")
+        self._tensor(out_splits_offsets, "out_splits_offsets")
+        if out.dtype != input.dtype or out.shape[1:] != input.shape[1:]:
+            raise invalid(f"out ({out.dtype}, rows of {tuple(out.shape[1:])}) must match input "
+                          f"({input.dtype}, rows of {tuple(input.shape[1:])})")
+        W = self.world_size
+        if in_splits.dtype != torch.int64 or in_splits.numel() != W:
+            raise invalid(f"in_splits must be int64 with {W} elements, not {in_splits.dtype} with {in_splits.numel()}")
+        if out_splits_offsets.dtype != torch.int64 or out_splits_offsets.numel() != 2 * W:
+            raise invalid(f"out_splits_offsets must be int64 with 2 x {W} elements, not {out_splits_offsets.dtype} "
+                          f"with {out_splits_offsets.numel()}")
+        dt, factor = movement_type(input.dtype)
+        row = max(input[0].numel(), 1) if input.dim() > 1 else 1
+        unit = row * factor  # library elements per row
+        handle, raw = self.handle, self._stream(stream)
+        if unit == 1:
+            self._lib.symmAllToAllvDevice(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel(),
+                                          out_splits_offsets.data_ptr(), dt, handle, raw)
+            return out
+        # Counts in rows: scaled to elements and back on the same stream
+        # (two tiny kernels, graph-capturable like the call).
+        with torch.cuda.stream(self._torch_stream(stream)):
+            splits = in_splits * unit
+            result = torch.empty_like(out_splits_offsets)
+            self._lib.symmAllToAllvDevice(input.data_ptr(), splits.data_ptr(), out.data_ptr(), out.numel() * factor,
+                                          result.data_ptr(), dt, handle, raw)
+            torch.floor_divide(result, unit, out=out_splits_offsets)
+        return out
+
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
         """All-to-all along dim 0, as torch.distributed's: without split sizes
         block r of ``output`` = block ``rank`` of rank r's ``input`` (equal

@@ -61,6 +61,7 @@ __all__ = [
     "is_symm_mem_enabled_for_group",
     "stream_write_value32",
     "memset32",
+    "all_to_all_vdev",
 ]
 
 _COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator
@@ -117,6 +118,15 @@ def get_communicator(group=None, create: bool = True) -> Communicator:
     with _COMMS_LOCK:
         _COMMS[key] = comm
     return comm
+
+
+def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name=None):
+    """``torch.ops.symm_mem.all_to_all_vdev(input, out, in_splits,
+    out_splits_offsets, group_name)`` with the same arguments, on the
+    communicator of ``group_name`` (a process group's name, a group, a
+    Communicator, or None for the default): see
+    Communicator.all_to_all_vdev."""
+    return get_communicator(group_name).all_to_all_vdev(input, out, in_splits, out_splits_offsets)
 
 
 def set_communicator(group, comm: Communicator) -> None:

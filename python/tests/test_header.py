@@ -89,6 +89,8 @@ C_TO_CTYPES = {
     "void **": P(ctypes.c_void_p),
     "void ***": P(ctypes.c_void_p),
     "const float *": ctypes.c_void_p,
+    "const int64_t *": ctypes.c_void_p,  # device arrays (symmAllToAllvDevice), passed as addresses
+    "int64_t *": ctypes.c_void_p,
     "const char *": ctypes.c_char_p,
     "symmResult_t": ctypes.c_int,
     "symmResult_t *": P(ctypes.c_int),

@@ -19,6 +19,7 @@ pub mod allreduce;
 pub mod allreduce_norm;
 pub mod alltoall;
 pub mod alltoallv;
+pub mod alltoallv_device;
 mod algo;
 pub mod broadcast;
 pub mod copy_engine;

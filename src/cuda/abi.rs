@@ -174,6 +174,24 @@ pub struct CollArgs {
 }
 const _: () = assert!(std::mem::size_of::<CollArgs>() == 32 + 8 + 64 + 8 + 8 + 64 + 64 + 64 + 64 + 8 + 8 + 8 + 8 + 40 + 32 + 8);
 
+/// `SymmA2AVDevArgs` (kernels/alltoallv_device.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct A2AVDevArgs {
+    pub coll: CollArgs,
+    pub splits: u64,
+    pub out_splits_offsets: u64,
+    pub send_capacity: u64,
+    pub recv_capacity: u64,
+}
+const _: () = assert!(std::mem::size_of::<A2AVDevArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4);
+
+/// `SYMM_A2AV_TAG`: `Status::mine[0]` of an all-to-all-v whose counts could
+/// not be honoured; `mine[3]` 1: rank `mine[1]`'s counts are negative or run
+/// past its input; 2: this rank would receive `mine[1..3]` elements,
+/// `theirs[1..3]` is its capacity.
+pub(crate) const A2AV_TAG: u32 = 0xFD00_0000;
+
 /// `SymmNormArgs` (kernels/allreduce_norm.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -216,6 +216,43 @@ pub extern "C" fn symmAllToAllv(
     })
 }
 
+/// All-to-all-v with the send counts in device memory (PyTorch's
+/// all_to_all_vdev): `sendSplits` (nranks int64, device) gives the elements
+/// for each rank, whose blocks lie back to back in sendbuff, rank order;
+/// the blocks received land back to back in recvbuff in rank order, and
+/// `outSplitsOffsets` (2 x nranks int64, device) gets the count received
+/// from each rank, then each block's offset in recvbuff. sendbuff must be in
+/// a symmetric or registered buffer (the receivers read it); recvbuff holds
+/// `recvCapacity` elements. Nothing crosses the host: CUDA graphs replay
+/// with new counts. Counts that do not fit move nothing and leave an
+/// asynchronous error (symmInvalidUsage) naming the rank and the size.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllToAllvDevice(
+    sendbuff: *const c_void,
+    sendSplits: *const i64,
+    recvbuff: *mut c_void,
+    recvCapacity: usize,
+    outSplitsOffsets: *mut i64,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let req = coll::alltoallv_device::A2AVDevRequest {
+        send: sendbuff,
+        splits: sendSplits,
+        recv: recvbuff,
+        recv_capacity: recvCapacity,
+        out_splits_offsets: outSplitsOffsets,
+        dtype: datatype,
+    };
+    boundary("symmAllToAllvDevice", comm, || {
+        let c = comm_arg(comm)?;
+        let _cur = c.device.make_current()?;
+        coll::alltoallv_device::all_to_all_v_device(&c, stream.cast(), &req)
+    })
+}
+
 /// Send count elements to `peer`, matched in order with its symmRecv.
 /// Inside symmGroupStart/End, launched with the group's other sends and
 /// receives at symmGroupEnd.

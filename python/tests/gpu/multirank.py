@@ -318,6 +318,75 @@ def all_reduce_add_rms_norm(c: Ctx):
 
 
 @check
+def all_to_all_vdev(c: Ctx):
+    """all_to_all_vdev with the splits on the GPU, as torch.ops.symm_mem's:
+    rows of a 2-D bf16 tensor and a 1-D int32 one, zero splits included,
+    against a reference built from every rank's splits; and the same call
+    captured in a CUDA graph, replayed with new splits."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+
+    def splits_of(rank, salt):
+        g = torch.Generator().manual_seed(1000 * salt + rank)
+        s = torch.randint(0, 9, (W,), generator=g)
+        s[(rank + salt) % W] = 0
+        return s
+
+    for dtype, row in ((torch.bfloat16, 16), (torch.int32, 1)):
+        for salt in (1, 2):
+            mine = splits_of(R, salt)
+            send_rows = int(mine.sum())
+            shape = (64,) if row == 1 else (64, row)
+            inp = symm_mem.empty(*shape, dtype=dtype, device=dev)
+            base = torch.arange(64 * row, device=dev).reshape(shape)
+            inp.copy_((base + 1000 * R).to(dtype))
+            out = torch.full(shape, -1, dtype=dtype, device=dev)
+            in_splits = mine.to(dev)
+            oso = torch.empty(2, W, dtype=torch.int64, device=dev)
+            symm_mem.all_to_all_vdev(inp, out, in_splits, oso, comm)
+            torch.cuda.synchronize()
+            got_rows, want = 0, []
+            for p in range(W):
+                theirs = splits_of(p, salt)
+                start = int(theirs[:R].sum())
+                n = int(theirs[R])
+                src = (base + 1000 * p).to(dtype)
+                want.append(src[start:start + n])
+                c.expect(int(oso[0, p]) == n and int(oso[1, p]) == got_rows,
+                         f"out_splits_offsets[:, {p}] = {oso[:, p].tolist()}, want [{n}, {got_rows}] ({dtype})")
+                got_rows += n
+            c.expect(torch.equal(out[:got_rows], torch.cat(want)), f"rows received ({dtype}, salt {salt})")
+            c.expect(bool((out[got_rows:] == -1).all()), f"rows past the received ones were written ({dtype})")
+            c.expect(send_rows <= 64, "test set-up")
+    # Graph: captured once, replayed with new splits in the same tensor.
+    inp = symm_mem.empty(64, dtype=torch.int32, device=dev)
+    inp.copy_(torch.arange(64, device=dev, dtype=torch.int32) + 1000 * R)
+    out = torch.empty(64, dtype=torch.int32, device=dev)
+    in_splits = splits_of(R, 3).to(dev)
+    oso = torch.empty(2, W, dtype=torch.int64, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        comm.all_to_all_vdev(inp, out, in_splits, oso)
+    for salt in (4, 5):
+        in_splits.copy_(splits_of(R, salt))
+        out.fill_(-1)
+        torch.cuda.synchronize()
+        g.replay()
+        torch.cuda.synchronize()
+        got = 0
+        for p in range(W):
+            theirs = splits_of(p, salt)
+            start, n = int(theirs[:R].sum()), int(theirs[R])
+            ok = torch.equal(out[got:got + n].cpu(), torch.arange(start, start + n, dtype=torch.int32) + 1000 * p)
+            c.expect(ok and int(oso[0, p]) == n, f"graph replay with salt {salt}: rows from rank {p}")
+            got += n
+    torch.cuda.synchronize()
+    del inp, out
+    symm_mem.collect()
+
+
+@check
 def graph_capture(c: Ctx):
     """all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured
     in one CUDA graph, replayed 10 times with new inputs."""
