@@ -41,6 +41,13 @@
  * send buffer of the same index holds (a pattern per rank and buffer),
  * the receive buffers being zeroed before each variant.
  *
+ *   launch-floor   (--launch-floor, all-reduce only) cuLaunchKernel of a kernel
+ *                  that does nothing, with a 488-byte argument block by value
+ *                  (the size of the library's collective arguments), 512
+ *                  threads: the floor of any launch of that shape, to tell how
+ *                  much of symmAllReduce's cost is the driver's. Nothing to
+ *                  check (0 wrong).
+ *
  * Options: --op=allreduce|sendrecv (allreduce) --bytes=N (256K, even, at most 1G)
  * or --sizes=LIST (comma-separated sizes, e.g. 8,4K,256K,4M: every variant at
  * each size, in that order) --calls=N (2000) --runs=N (5) --buffers=N (64)
@@ -84,7 +91,7 @@ static struct {
   int nsizes, sizes_given;   /* sizes_given: --sizes (one table per size) */
   size_t max_bytes;          /* the largest: what the buffers hold */
   enum op op;
-  int calls, runs, buffers, vs_nccl, nccl_window;
+  int calls, runs, buffers, vs_nccl, nccl_window, launch_floor;
   const char *nccl_lib;
   char cmdline[1024];
 } O = {.bytes = 256 << 10, .sizes = {256 << 10}, .nsizes = 1, .calls = 2000, .runs = 5, .buffers = 64};
@@ -139,6 +146,7 @@ static int option(const char *arg, void *ctx) {
   if (sscanf(arg, "--buffers=%d", &O.buffers) == 1) return O.buffers > 1 && O.buffers <= MAX_BUFFERS ? 0 : -1;
   if (!strcmp(arg, "--vs-nccl")) return O.vs_nccl = 1, 0;
   if (!strcmp(arg, "--nccl-window")) return O.nccl_window = 1, 0;
+  if (!strcmp(arg, "--launch-floor")) return O.launch_floor = 1, 0;
   if (!strncmp(arg, "--nccl-lib=", 11)) return O.nccl_lib = arg + 11, 0;
   return -1;
 }
@@ -150,10 +158,12 @@ enum variant {
   V_NCCL_ROTATING,
   V_NCCL_WIN_SAME,     /* --nccl-window: NCCL on window-registered buffers */
   V_NCCL_WIN_ROTATING,
+  V_FLOOR,             /* --launch-floor: an empty kernel, the same argument size */
   NVARIANTS
 };
 static const char *const variant_name[NVARIANTS] = {"symm-same",     "symm-rotating", "nccl-same",
-                                                    "nccl-rotating", "nccl-win-same", "nccl-win-rotating"};
+                                                    "nccl-rotating", "nccl-win-same", "nccl-win-rotating",
+                                                    "launch-floor"};
 
 static struct {
   struct tw_rank *r;
@@ -165,6 +175,7 @@ static struct {
   bn_window win[MAX_BUFFERS];
   uint64_t windows_declined; /* NULL windows from ncclCommWindowRegister, all ranks */
   uint16_t *host;
+  CUfunction floor_kernel; /* --launch-floor */
 } R;
 
 /* The calls that must succeed, for the rank of this process. */
@@ -221,9 +232,19 @@ static void send_recv(enum variant v, int b) {
   }
 }
 
+/* --launch-floor: one launch of the empty kernel. */
+static void launch_floor(void) {
+  static uint64_t args[61];
+  void *params[] = {args};
+  CUresult rc = tu_cu.cuLaunchKernel(R.floor_kernel, 1, 1, 1, 512, 1, 1, 0, R.r->stream, params, NULL);
+  TW_REQUIRE(R.r, rc == 0, "cuLaunchKernel(eb_launch_floor): %s", tu_cu_error(rc));
+}
+
 /* The call the loops time, on buffer b of variant v. */
 static void issue(enum variant v, int b) {
-  if (O.op == OP_SENDRECV)
+  if (v == V_FLOOR)
+    launch_floor();
+  else if (O.op == OP_SENDRECV)
     send_recv(v, b);
   else
     all_reduce(v, buffer(v, b));
@@ -305,7 +326,9 @@ static uint64_t check_variant(struct tw *w, enum variant v) {
   const size_t n = O.bytes / 2;
   const uint16_t want = (uint16_t)cw_float_to_bf16((float)w->nranks);
   uint64_t bad = 0;
-  if (O.op == OP_SENDRECV) {
+  if (v == V_FLOOR) {
+    /* nothing computed, nothing to check */
+  } else if (O.op == OP_SENDRECV) {
     bad = check_received(v);
   } else {
     for (int b = 0; b < nbuffers(v); b++) {
@@ -436,7 +459,7 @@ static uint64_t time_size(struct tw *w) {
   /* NCCL first (plain, then window), so that each later row can give its
    * ratio to NCCL's rows of the same buffer use. */
   static const enum variant order[NVARIANTS] = {V_NCCL_SAME, V_NCCL_ROTATING, V_NCCL_WIN_SAME, V_NCCL_WIN_ROTATING,
-                                                V_SYMM_SAME, V_SYMM_ROTATING};
+                                                V_SYMM_SAME, V_SYMM_ROTATING, V_FLOOR};
   double nccl_median[2] = {0, 0};   /* same, rotating */
   double window_median[2] = {0, 0}; /* the same on the window buffers */
   /* The variant column's width: the window's names are longer. */
@@ -446,6 +469,7 @@ static uint64_t time_size(struct tw *w) {
     const enum variant v = order[i];
     if (!is_symm(v) && !is_window(v) && !O.vs_nccl) continue;
     if (is_window(v) && !O.nccl_window) continue;
+    if (v == V_FLOOR && !O.launch_floor) continue;
     tw_phase("%s %zu bytes", variant_name[v], O.bytes);
     if (O.op == OP_SENDRECV) clear_receive_buffers(v);
     for (int k = 0; k < WARMUP; k++) issue(v, k % nbuffers(v));
@@ -511,6 +535,10 @@ static void body(struct tw *w, void *ctx) {
     check_nccl(bw_nccl_init_rank(w, R.r, &R.nccl), "ncclGetUniqueId/ncclCommInitRank");
   }
   if (O.nccl_window) alloc_nccl_windows(w);
+  if (O.launch_floor) {
+    CUmodule mod = tw_load_module(R.r, COLL_KERNELS_FATBIN, "COLL_TEST_KERNELS");
+    R.floor_kernel = tw_function(R.r, mod, "eb_launch_floor");
+  }
   if (w->lead) header(w);
 
   uint64_t wrong_total = 0;
@@ -560,13 +588,17 @@ int main(int argc, char **argv) {
             "goes with --op=allreduce\n");
     return 2;
   }
+  if (bw_has_arg(argc, argv, "--launch-floor") && bw_has_arg(argc, argv, "--op=sendrecv")) {
+    fprintf(stderr, PROG ": --launch-floor is the floor of one collective launch: it goes with --op=allreduce\n");
+    return 2;
+  }
   if (has_prefix(argc, argv, "--bytes=") && has_prefix(argc, argv, "--sizes=")) {
     fprintf(stderr, PROG ": --bytes=N times one size and --sizes=LIST several: give one of them\n");
     return 2;
   }
   static const struct tw_spec spec = {.name = PROG, .modes = "mp",
       .usage = "[--op=allreduce|sendrecv] [--bytes=N | --sizes=N,N,...] [--calls=N] [--runs=N] [--buffers=N] "
-               "[--vs-nccl [--nccl-window]] [--nccl-lib=PATH]",
+               "[--vs-nccl [--nccl-window]] [--nccl-lib=PATH] [--launch-floor]",
       .limit_s = 1800, .stall = 1, .quiet = 1, .library_timeouts = 1, .mp_one_rank = 1, .option = option,
       .process_init = cw_process_init, .body = body};
   return tw_main(&spec, argc, argv);

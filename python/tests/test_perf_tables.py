@@ -570,7 +570,8 @@ def test_device_measure_dry_run(tmp_path, args):
         # The commands of the tier, as docs/PERFORMANCE.md gives them.
         assert first["host_c_allreduce_nccl"].endswith(
             "env SYMM_TIMEOUT=60 CUDA_VISIBLE_DEVICES=0 build/c_tests/bench/eager_bench mp --nranks=1 --op=allreduce "
-            "--sizes=8,4K,256K,4M --vs-nccl --nccl-lib=libnccl.so.2") or "nvidia/nccl" in first["host_c_allreduce_nccl"]
+            "--sizes=8,4K,256K,4M --vs-nccl --launch-floor --nccl-lib=libnccl.so.2") or "nvidia/nccl" in first["host_c_allreduce_nccl"]
+        assert "--launch-floor" not in first["host_c_sendrecv_symm"]
         assert "SYMM_NCCL_MODE=symm SYMM_TIMEOUT=60 CUDA_VISIBLE_DEVICES=0 build/c_tests/bench/eager_bench mp --nranks=1 " \
                "--op=sendrecv --sizes=8,4K,256K,4M --vs-nccl --nccl-lib=" in first["host_c_sendrecv_symm"]
         assert first["host_c_sendrecv_symm"].endswith("/libsymmcomm_nccl.so")
