@@ -35,11 +35,16 @@ def optional_torch():
     return _TORCH
 
 
+_RAW_STREAM = []  # [getter or None], looked up once
+
+
 def _raw_stream_getter(torch):
     """torch's current stream of a device as a raw handle, without building
     a torch.cuda.Stream object (a third of the Python cost of a small
     collective); None on a torch without it."""
-    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if not _RAW_STREAM:
+        _RAW_STREAM.append(getattr(torch._C, "_cuda_getCurrentRawStream", None))
+    return _RAW_STREAM[0]
 
 
 def invalid(msg: str) -> SymmInvalidArgumentError:
