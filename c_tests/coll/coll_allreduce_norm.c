@@ -86,6 +86,9 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
     CU_REQUIRE(cw_cu.cuMemsetD8Async(OUT.p[i], 0xA5, bytes, r->stream));
     CU_REQUIRE(cw_cu.cuMemsetD8Async(ROUT.p[i], 0xA5, bytes, r->stream));
     tw_stream_wait(r, 60, "poisoning the outputs");
+    /* The copies above came from pageable memory: their DMA may land after
+     * they return, and the call runs on a non-blocking stream. */
+    TW_CU(tu_cu.cuCtxSynchronize());
   }
   tw_host_barrier(w, "buffers ready");
   CUgraph g[TW_MAX_RANKS] = {0};
