@@ -121,6 +121,9 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmAllReduceAddRMSNorm(FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, 4, 4096, 1e-6f, symmBfloat16, bad,
                                  NULL),
          want, NULL, "symmAllReduceAddRMSNorm", kw);
+  EXPECT(symmAllReduceAddRMSNormFp8(FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, FAKE_PTR, (float *)FAKE_PTR, 1, 4, 4096,
+                                    1e-6f, symmBfloat16, bad, NULL),
+         want, NULL, "symmAllReduceAddRMSNormFp8", kw);
   EXPECT(symmAllGather(FAKE_PTR, FAKE_PTR, 4, symmInt8, bad, NULL), want, NULL, "symmAllGather", kw);
   EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, symmInt8, (uint32_t *)FAKE_PTR, 1, bad, NULL), want, NULL,
          "symmAllGatherWithProgress", kw);
@@ -426,6 +429,13 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          symmInvalidArgument, a, "symmAllReduceAddRMSNorm", "eps");
   EXPECT(symmAllReduceAddRMSNorm(rn_in, rn_res, rn_w, rn_out, rn_res, 1, 1 << 16, 1e-6f, symmBfloat16, a, NULL),
          symmNotSupported, a, "symmAllReduceAddRMSNorm", "64 KiB");
+  float *const rn_scales = (float *)(rn_in + (4 << 20));
+  EXPECT(symmAllReduceAddRMSNormFp8(rn_in, rn_res, rn_w, rn_out, rn_res, NULL, 1, 4, 4096, 1e-6f, symmBfloat16, a,
+                                    NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNormFp8", "scales is NULL");
+  EXPECT(symmAllReduceAddRMSNormFp8(rn_in, rn_res, rn_w, rn_in, rn_res, rn_scales, 0, 4, 4096, 1e-6f, symmBfloat16, a,
+                                    NULL),
+         symmInvalidArgument, a, "symmAllReduceAddRMSNormFp8", "input and out overlap");
   EXPECT(symmAllGather(NULL, FAKE_PTR, 4, symmInt8, a, NULL), symmInvalidArgument, a, "symmAllGather", "sendbuff");
   EXPECT(symmAllGatherWithProgress(FAKE_PTR, FAKE_PTR, 4, (symmDataType_t)12, NULL, 1, a, NULL), symmInvalidArgument,
          a, "symmAllGatherWithProgress", "datatype");

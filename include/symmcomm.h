@@ -792,6 +792,19 @@ symmResult_t symmAllReduce(const void *sendbuff, void *recvbuff, size_t count, s
 symmResult_t symmAllReduceAddRMSNorm(const void *input, const void *residual, const void *weight, void *out, void *residualOut, size_t tokens, size_t hidden, float eps, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
+ * symmAllReduceAddRMSNorm with `out` in fp8 e4m3 (one byte an element),
+ * for the fp8 GEMM that follows: with `perTokenScales` 0, `out = y /
+ * scales[0]` (a device float the caller gives: a static per-tensor scale);
+ * otherwise the call writes `scales[t] = max(max|y_t| / 448, 1/(448*512))`
+ * for each row t and `out = y_t / scales[t]` (dynamic per-token scales, as
+ * scaled_mm consumes them). Saturated to +-448. `out` may not be `input`;
+ * above the LL limit the call uses `input` as its workspace (its contents
+ * afterwards are the all-reduced sums). `scales` 4-byte aligned, device
+ * memory.
+ */
+symmResult_t symmAllReduceAddRMSNormFp8(const void *input, const void *residual, const void *weight, void *out, void *residualOut, float *scales, int perTokenScales, size_t tokens, size_t hidden, float eps, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+
+/**
  * Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.
  */
 symmResult_t symmAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);

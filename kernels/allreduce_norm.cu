@@ -19,6 +19,8 @@
 //
 // Both keep the sum of squares in fp32 before rounding the residual, and
 // normalise the rounded residual (as vLLM's fused_add_rms_norm does).
+// fp8 e4m3 outputs (n.quant): y divided by a per-tensor scale the caller
+// gives, or by a per-row scale the kernel computes and writes.
 // Aliasing: residual_out may be residual and out may be input; each unit
 // is read and then written by the same thread, and peers only ever read
 // the LL packets, never the input.
@@ -40,10 +42,31 @@ __device__ __forceinline__ float norm_block_sum(float v) {
   return v;
 }
 
+// Max of v over the block, in every thread.
+__device__ __forceinline__ float norm_block_max(float v) {
+  __shared__ float part[SYMM_NORM_MAX_THREADS / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < blockDim.x / 32 ? part[lane] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// E fp8 e4m3 values of one unit, stored together (E * 1 byte).
+template <uint32_t E> union Fp8Unit {
+  __nv_fp8_e4m3 e[E];
+  typename std::conditional<E == 4, uint32_t, uint16_t>::type u;
+};
+
 // Row `row`'s sums are in x (this thread's units k: unit threadIdx.x + k *
 // blockDim.x of the row): add the residual, store residual_out, normalise,
 // store out. Every thread of the block calls it (block reduction).
-template <typename T>
+template <typename T, int Q>
 __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
                                                 float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
   constexpr uint32_t E = 8 / sizeof(T);
@@ -65,6 +88,7 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
     *reinterpret_cast<uint2*>(n.residual_out + off) = out.u;
   }
   const float inv = rsqrtf(norm_block_sum(ss) / (float)n.hidden + n.eps);
+  float amax = 0.f;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
     const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
@@ -72,12 +96,37 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
     LLUnit<T> w, out;
     w.u = *reinterpret_cast<const uint2*>(n.weight + j * 8);
 #pragma unroll
-    for (uint32_t e = 0; e < E; ++e) out.e[e] = from_acc<T>(x[k][e] * inv * to_acc(w.e[e]));
-    *reinterpret_cast<uint2*>(n.coll.recv + (row * upr + j) * 8) = out.u;
+    for (uint32_t e = 0; e < E; ++e) {
+      x[k][e] = x[k][e] * inv * to_acc(w.e[e]);  // y, kept for the fp8 outputs
+      out.e[e] = from_acc<T>(x[k][e]);
+      amax = fmaxf(amax, fabsf(x[k][e]));
+    }
+    if (Q == SYMM_NORM_SAME_TYPE) *reinterpret_cast<uint2*>(n.coll.recv + (row * upr + j) * 8) = out.u;
+  }
+  if (Q == SYMM_NORM_SAME_TYPE) return;
+  // fp8: y / scale, saturated to e4m3's +-448. Per token, the scale makes
+  // the row's largest |y| 448 (at least 1 / (448 * 512), as vLLM's dynamic
+  // per-token quantisation keeps it).
+  float scale;
+  if (Q == SYMM_NORM_FP8_TOKEN) {
+    scale = fmaxf(norm_block_max(amax) / 448.f, 1.f / (448.f * 512.f));
+    if (threadIdx.x == 0) n.scales[row] = scale;
+  } else {
+    scale = n.scales[0];
+  }
+  const float rcp = 1.f / scale;
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+    if (j >= upr) break;
+    Fp8Unit<E> q;
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) q.e[e] = __nv_fp8_e4m3(x[k][e] * rcp);  // saturates (satfinite)
+    *reinterpret_cast<decltype(q.u)*>(n.coll.recv + (row * upr + j) * E) = q.u;
   }
 }
 
-template <typename T>
+template <typename T, int Q>
 __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
   constexpr uint32_t E = 8 / sizeof(T);
@@ -116,12 +165,12 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
       ok = false;
       break;
     }
-    norm_finish_row<T>(n, row, upr, x);
+    norm_finish_row<T, Q>(n, row, upr, x);
   }
   ll_end(a, s, ok);
 }
 
-template <typename T>
+template <typename T, int Q>
 __device__ void add_norm_body(const SymmNormArgs& n) {
   constexpr uint32_t E = 8 / sizeof(T);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;
@@ -136,16 +185,24 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
 #pragma unroll
       for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
     }
-    norm_finish_row<T>(n, row, upr, x);
+    norm_finish_row<T, Q>(n, row, upr, x);
   }
 }
 
-#define SYMM_NORM_KERNELS(family, suffix, T)                                                              \
+// Each entry serves the three outputs (n.quant), chosen per call.
+#define SYMM_NORM_QUANT_SWITCH(body, T)                          \
+  switch (n.quant) {                                             \
+    case SYMM_NORM_SAME_TYPE: body<T, SYMM_NORM_SAME_TYPE>(n); break; \
+    case SYMM_NORM_FP8_TENSOR: body<T, SYMM_NORM_FP8_TENSOR>(n); break; \
+    default: body<T, SYMM_NORM_FP8_TOKEN>(n); break;              \
+  }
+
+#define SYMM_NORM_KERNELS(family, suffix, T)                                                                  \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll_##suffix(SymmNormArgs n) { \
-    allreduce_norm_ll_body<T>(n);                                                                          \
-  }                                                                                                        \
-  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_add_norm_##suffix(SymmNormArgs n) {         \
-    add_norm_body<T>(n);                                                                                   \
+    SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_body, T)                                                          \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_add_norm_##suffix(SymmNormArgs n) {             \
+    SYMM_NORM_QUANT_SWITCH(add_norm_body, T)                                                                   \
   }
 
 SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_NORM_KERNELS, norm)

@@ -8,8 +8,9 @@
  * all-reduce's LL limit) and the two-kernel form (all-reduce, then add and
  * norm), rows from 16 bytes to the 64 KiB maximum, staged and symmetric
  * inputs, separate outputs and the two aliases the call allows (out =
- * input, residualOut = residual), a CUDA graph replayed twice, and bad
- * arguments (refused on each rank, nothing enqueued).
+ * input, residualOut = residual), a CUDA graph replayed twice, fp8 e4m3
+ * outputs (symmAllReduceAddRMSNormFp8: a given scale and per-token scales),
+ * and bad arguments (refused on each rank, nothing enqueued).
  *
  * The inputs are multiples of 1/16 small enough that every sum and
  * residualOut are exact in each type: residualOut must equal the reference
@@ -166,6 +167,104 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
   cw_buf_free(w, &ROUT);
 }
 
+/* symmAllReduceAddRMSNormFp8: out in e4m3, divided by a given per-tensor
+ * scale (0.02) or by the per-token scales the call writes; residualOut
+ * into residual (in place). e4m3 keeps 3 mantissa bits: each output within
+ * half a step (1/16 relative) of the exact y / scale, clamped to +-448,
+ * plus e4m3's smallest step; per-token scales within 1e-5 of the
+ * reference. */
+static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int per_token) {
+  const int es = cw_dt[dt].size, n = w->nranks;
+  const size_t elems = tokens * hidden, bytes = elems * es;
+  const float given = 0.02f;
+  struct cw_buf IN, RES, WT, OUT, SC;
+  cw_buf_alloc(w, &IN, CW_STAGED, bytes);
+  cw_buf_alloc(w, &RES, CW_STAGED, bytes);
+  cw_buf_alloc(w, &WT, CW_STAGED, hidden * es);
+  cw_buf_alloc(w, &OUT, CW_STAGED, elems);
+  cw_buf_alloc(w, &SC, CW_STAGED, tokens * 4);
+  uint8_t *host = malloc(bytes);
+  float *scales = malloc(tokens * 4);
+  double *x = malloc(elems * sizeof(double));
+  REQUIRE(host != NULL && scales != NULL && x != NULL, "out of host memory");
+  tw_phase("fp8 out: %s %zu x %zu, %s scales", cw_dt[dt].name, tokens, hidden, per_token ? "per-token" : "a given");
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(IN.p[i], host, bytes));
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(RES.p[i], host, bytes));
+    for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(WT.p[i], host, hidden * es));
+    scales[0] = given;
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(SC.p[i], scales, 4));
+    TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
+  }
+  tw_host_barrier(w, "buffers ready");
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    void *res = (void *)(uintptr_t)RES.p[i];
+    TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNormFp8((void *)(uintptr_t)IN.p[i], res, (void *)(uintptr_t)WT.p[i],
+                                                  (void *)(uintptr_t)OUT.p[i], res, (float *)(uintptr_t)SC.p[i],
+                                                  per_token, tokens, hidden, EPS, (symmDataType_t)dt, r->comm,
+                                                  r->stream));
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "the fp8 call did not finish");
+    tw_use(r);
+    for (size_t t = 0; t < tokens; t++)
+      for (size_t h = 0; h < hidden; h++) {
+        double v = res_val(t, h);
+        for (int q = 0; q < n; q++) v += in_val(q, t, h);
+        x[t * hidden + h] = v;
+      }
+    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, RES.p[i], bytes));
+    size_t wrong = 0, first = 0;
+    for (size_t e = 0; e < elems; e++)
+      if (dec(dt, cw_get(host, e, es)) != x[e] && wrong++ == 0) first = e;
+    TW_CHECK(r, wrong == 0, "fp8 case: residualOut has %zu wrong element(s), the first at %zu", wrong, first);
+    CU_REQUIRE(tu_cu.cuMemcpyDtoH(scales, SC.p[i], per_token ? tokens * 4 : 4));
+    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, OUT.p[i], elems));
+    wrong = 0;
+    size_t bad_scales = 0;
+    for (size_t t = 0; t < tokens; t++) {
+      double ss = 0, amax = 0;
+      for (size_t h = 0; h < hidden; h++) ss += x[t * hidden + h] * x[t * hidden + h];
+      const double inv = 1.0 / sqrt(ss / (double)hidden + (double)EPS);
+      for (size_t h = 0; h < hidden; h++) amax = fmax(amax, fabs(x[t * hidden + h] * inv * w_val(h)));
+      double scale = given;
+      if (per_token) {
+        scale = fmax(amax / 448.0, 1.0 / (448.0 * 512.0));
+        if (fabs(scales[t] - scale) > 1e-5 * scale) bad_scales++;
+        scale = scales[t]; /* the outputs against the scale the call used */
+      }
+      for (size_t h = 0; h < hidden; h++) {
+        double want = x[t * hidden + h] * inv * w_val(h) / scale;
+        want = want > 448 ? 448 : want < -448 ? -448 : want;
+        const double got = cw_e4m3_to_float(host[t * hidden + h]);
+        if (!(fabs(got - want) <= fabs(want) / 16 + 1.0 / 512) && wrong++ == 0) first = t * hidden + h;
+      }
+    }
+    TW_CHECK(r, bad_scales == 0, "fp8 case: %zu per-token scale(s) off the reference by more than 1e-5", bad_scales);
+    TW_CHECK(r, wrong == 0, "fp8 case: %zu output(s) off by more than half an e4m3 step; the first at %zu is %g", wrong,
+             first, cw_e4m3_to_float(host[first]));
+  }
+  free(host);
+  free(scales);
+  free(x);
+  tw_host_barrier(w, "fp8 checked");
+  cw_buf_free(w, &IN);
+  cw_buf_free(w, &RES);
+  cw_buf_free(w, &WT);
+  cw_buf_free(w, &OUT);
+  cw_buf_free(w, &SC);
+}
+
 static void refused(struct tw_rank *r, const char *what, symmResult_t rc, symmResult_t want, const char *says) {
   char msg[1024];
   const char *m = tu_last_error(r->comm, msg, sizeof msg);
@@ -221,6 +320,10 @@ static void body(struct tw *w, void *ctx) {
     run_case(w, dt, 2, dt == symmFloat32 ? 16384 : 32768, CW_STAGED, SEPARATE, 0);
     run_case(w, dt, 5, 4096, CW_SYMMETRIC, SEPARATE, 1);
     run_case(w, dt, 400, 2048, CW_STAGED, SEPARATE, 1);
+    /* fp8 outputs: the fused kernel and the two-kernel form (from 2 MiB). */
+    run_fp8_case(w, dt, 1, 4096, 1);
+    run_fp8_case(w, dt, 48, 2048, 0);
+    run_fp8_case(w, dt, 300, 4096, 1);
   }
   tw_log(w, "largest relative error of out against the fp64 reference: bf16 %.3g, fp16 %.3g, fp32 %.3g "
          "(bounds %.3g, %.3g, %.3g); residualOut exact", max_err[0], max_err[1], max_err[2], tolerance(symmBfloat16),

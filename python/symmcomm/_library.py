@@ -120,6 +120,9 @@ FUNCTIONS: list[Function] = [
     Function("symmAllReduceAddRMSNorm", symmResult_t,
              [buffer_t, buffer_t, buffer_t, buffer_t, buffer_t, c_size_t, c_size_t, ctypes.c_float, symmDataType_t,
               symmComm_t, cudaStream_t]),
+    Function("symmAllReduceAddRMSNormFp8", symmResult_t,
+             [buffer_t, buffer_t, buffer_t, buffer_t, buffer_t, buffer_t, c_int, c_size_t, c_size_t, ctypes.c_float,
+              symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmAllGather", symmResult_t, [buffer_t, buffer_t, c_size_t, symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmAllGatherWithProgress", symmResult_t,
              [buffer_t, buffer_t, c_size_t, symmDataType_t, P(c_uint32), c_size_t, symmComm_t, cudaStream_t]),
@@ -501,6 +504,11 @@ class SymmLibrary:
                                 stream) -> None:
         self.call("symmAllReduceAddRMSNorm", input, residual, weight, out, residual_out, tokens, hidden, eps, dtype,
                   comm, stream, comm=comm)
+
+    def symmAllReduceAddRMSNormFp8(self, input, residual, weight, out, residual_out, scales, per_token, tokens,
+                                   hidden, eps, dtype, comm, stream) -> None:
+        self.call("symmAllReduceAddRMSNormFp8", input, residual, weight, out, residual_out, scales, int(per_token),
+                  tokens, hidden, eps, dtype, comm, stream, comm=comm)
 
     def symmAllGather(self, send, recv, sendcount, dtype, comm, stream) -> None:
         self.call("symmAllGather", send, recv, sendcount, dtype, comm, stream, comm=comm)

@@ -410,7 +410,7 @@ class Communicator:
         return out
 
     def all_reduce_add_rms_norm(self, input, residual, weight, eps: float = 1e-6, *, out=None, residual_out=None,
-                                stream=None):
+                                out_dtype=None, scale=None, stream=None):
         """The end of a tensor-parallel layer at inference, in one call
         (symmAllReduceAddRMSNorm; what vLLM's fused_add_rms_norm does after
         its all-reduce, and FlashInfer's allreduce fusion):
@@ -419,10 +419,31 @@ class Communicator:
         (``hidden``; ``weight`` has ``hidden`` elements), fp32 arithmetic,
         bfloat16, float16 or float32. By default in place as vLLM does it:
         ``out`` is ``input`` and ``residual_out`` is ``residual``. Returns
-        ``(out, residual_out)``."""
+        ``(out, residual_out)``.
+
+        ``out_dtype=torch.float8_e4m3fn`` (symmAllReduceAddRMSNormFp8): ``out``
+        in fp8 e4m3 (a new tensor unless given), divided by ``scale`` (a
+        float32 tensor of one element: a static per-tensor scale) or, without
+        ``scale``, by a per-token scale the call computes (the row's largest
+        |y| / 448); returns ``(out, residual_out, scales)`` (``scales``:
+        ``scale``, or float32 of one per token, as ``torch._scaled_mm``'s
+        row-wise scales). ``input`` is the call's workspace then: its
+        contents afterwards are unspecified."""
+        torch = require_torch("all_reduce_add_rms_norm")
         for t, name in ((input, "input"), (residual, "residual"), (weight, "weight")):
             self._tensor(t, name)
-        out = input if out is None else self._same_as(out, input, "out")
+        fp8 = out_dtype is not None
+        if fp8 and out_dtype != torch.float8_e4m3fn:
+            raise invalid(f"out_dtype {out_dtype}: the fused norm writes torch.float8_e4m3fn (or the input's dtype)")
+        if not fp8 and scale is not None:
+            raise invalid("scale goes with out_dtype=torch.float8_e4m3fn")
+        if fp8:
+            out = torch.empty(input.shape, dtype=out_dtype, device=input.device) if out is None else out
+            self._tensor(out, "out")
+            if out.dtype != out_dtype or out.numel() != input.numel():
+                raise invalid(f"out ({out.dtype}, {out.numel()} elements) must be {out_dtype} with {input.numel()}")
+        else:
+            out = input if out is None else self._same_as(out, input, "out")
         residual_out = residual if residual_out is None else self._same_as(residual_out, residual, "residual_out")
         self._same_as(residual, input, "residual")
         hidden = input.shape[-1] if input.dim() > 0 else 1
@@ -433,10 +454,23 @@ class Communicator:
         if str(input.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
             raise invalid(f"all_reduce_add_rms_norm takes bfloat16, float16 or float32 tensors, not {input.dtype}")
         dt, _, _ = reduction_type(input.dtype, ReduceOp.SUM)
-        self._lib.symmAllReduceAddRMSNorm(input.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
-                                          residual_out.data_ptr(), input.numel() // max(hidden, 1), hidden,
-                                          float(eps), dt, self.handle, self._stream(stream))
-        return out, residual_out
+        tokens = input.numel() // max(hidden, 1)
+        if not fp8:
+            self._lib.symmAllReduceAddRMSNorm(input.data_ptr(), residual.data_ptr(), weight.data_ptr(),
+                                              out.data_ptr(), residual_out.data_ptr(), tokens, hidden, float(eps), dt,
+                                              self.handle, self._stream(stream))
+            return out, residual_out
+        if scale is None:
+            scales = torch.empty(tokens, dtype=torch.float32, device=input.device)
+        else:
+            self._tensor(scale, "scale")
+            if scale.dtype != torch.float32 or scale.numel() != 1:
+                raise invalid(f"scale must be one float32, not {scale.dtype} with {scale.numel()} elements")
+            scales = scale
+        self._lib.symmAllReduceAddRMSNormFp8(input.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                                             residual_out.data_ptr(), scales.data_ptr(), scale is None, tokens,
+                                             hidden, float(eps), dt, self.handle, self._stream(stream))
+        return out, residual_out, scales
 
     def all_gather_into_tensor(self, output, input, *, stream=None):
         """``output`` (world_size x input.numel() elements, rank r's block at r)

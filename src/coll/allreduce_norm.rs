@@ -22,10 +22,21 @@ use cudarc::driver::sys::CUstream;
 
 use super::{allreduce, CollId, Request};
 use crate::comm::Comm;
-use crate::cuda::abi::{NormArgs, NORM_MAX_THREADS, NORM_MAX_UNITS};
+use crate::cuda::abi::{NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
+
+/// What `out` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormOutput {
+    /// The input's type.
+    SameType,
+    /// fp8 e4m3: y / scales[0] (a device float the caller gives).
+    Fp8Tensor(*mut f32),
+    /// fp8 e4m3: y / the row's scale, max|y| / 448, written to scales[row].
+    Fp8Token(*mut f32),
+}
 
 /// The arguments of one call, as C passes them.
 pub struct NormRequest {
@@ -38,6 +49,7 @@ pub struct NormRequest {
     pub hidden: usize,
     pub eps: f32,
     pub dtype: RawDataType,
+    pub output: NormOutput,
 }
 
 /// Kernel names for the element types the op exists for.
@@ -84,27 +96,36 @@ fn check(r: &NormRequest) -> Result<symmDataType_t> {
     let Some(bytes) = r.tokens.checked_mul(row_bytes).filter(|&b| b <= isize::MAX as usize) else {
         bail!(symmInvalidArgument, "tokens {} x hidden {} overflows", r.tokens, r.hidden);
     };
-    let buffers: [(&str, usize, usize); 5] = [
-        ("input", r.input as usize, bytes),
-        ("residual", r.residual as usize, bytes),
-        ("weight", r.weight as usize, row_bytes),
-        ("out", r.out as usize, bytes),
-        ("residualOut", r.residual_out as usize, bytes),
+    let (out_bytes, scales, scale_bytes) = match r.output {
+        NormOutput::SameType => (bytes, 0, 0),
+        NormOutput::Fp8Tensor(p) => (bytes / es, p as usize, 4),
+        NormOutput::Fp8Token(p) => (bytes / es, p as usize, 4 * r.tokens),
+    };
+    let mut buffers: Vec<(&str, usize, usize, usize)> = vec![
+        ("input", r.input as usize, bytes, 16),
+        ("residual", r.residual as usize, bytes, 16),
+        ("weight", r.weight as usize, row_bytes, 16),
+        ("out", r.out as usize, out_bytes, 16),
+        ("residualOut", r.residual_out as usize, bytes, 16),
     ];
-    for (name, p, _) in buffers {
+    if r.output != NormOutput::SameType {
+        buffers.push(("scales", scales, scale_bytes, 4));
+    }
+    for &(name, p, _, align) in &buffers {
         if p == 0 {
             bail!(symmInvalidArgument, "{name} is NULL");
         }
-        if p % 16 != 0 {
-            bail!(symmInvalidArgument, "{name} ({p:#x}) is not 16-byte aligned");
+        if p % align != 0 {
+            bail!(symmInvalidArgument, "{name} ({p:#x}) is not {align}-byte aligned");
         }
     }
-    // out may be input and residualOut may be residual, exactly; nothing
-    // else may overlap (the two-kernel form writes out before it reads
-    // residual).
-    for (i, &(a, pa, na)) in buffers.iter().enumerate() {
-        for &(b, pb, nb) in &buffers[i + 1..] {
-            let allowed = (a == "input" && b == "out" || a == "residual" && b == "residualOut") && pa == pb;
+    // out may be input (same type only) and residualOut may be residual,
+    // exactly; nothing else may overlap (the two-kernel form writes out
+    // before it reads residual).
+    let same_type = r.output == NormOutput::SameType;
+    for (i, &(a, pa, na, _)) in buffers.iter().enumerate() {
+        for &(b, pb, nb, _) in &buffers[i + 1..] {
+            let allowed = (a == "input" && b == "out" && same_type || a == "residual" && b == "residualOut") && pa == pb;
             if !allowed && pa < pb + nb && pb < pa + na && bytes > 0 {
                 bail!(
                     symmInvalidArgument,
@@ -119,13 +140,30 @@ fn check(r: &NormRequest) -> Result<symmDataType_t> {
 /// Enqueue the fused op on `stream` (the communicator's context current).
 pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -> Result<()> {
     let dtype = check(r)?;
-    let Some(call) = Request::new(CollId::AllReduce, r.input, r.out, r.tokens * r.hidden, r.dtype)
+    // With an fp8 out, the two-kernel form sums in place in the input (out
+    // cannot hold the sums): input is the all-reduce's output then.
+    let sums = if r.output == NormOutput::SameType { r.out } else { r.input as *mut c_void };
+    let Some(call) = Request::new(CollId::AllReduce, r.input, sums, r.tokens * r.hidden, r.dtype)
         .op(symmRedOp_t::symmSum as i32)
         .validate(comm, stream)?
     else {
         return Ok(()); // no tokens
     };
     let bytes = (r.tokens * r.hidden * dtype.size()) as usize;
+    let (quant, scales) = match r.output {
+        NormOutput::SameType => (NORM_SAME_TYPE, std::ptr::null_mut()),
+        NormOutput::Fp8Tensor(p) => {
+            comm.check_buffer(p.cast(), 4, "scales")?;
+            (NORM_FP8_TENSOR, p)
+        }
+        NormOutput::Fp8Token(p) => {
+            comm.check_buffer(p.cast(), 4 * r.tokens, "scales")?;
+            (NORM_FP8_TOKEN, p)
+        }
+    };
+    if quant != NORM_SAME_TYPE {
+        comm.check_buffer(r.out, r.tokens * r.hidden, "out")?;
+    }
     comm.check_buffer(r.residual, bytes, "residual")?;
     comm.check_buffer(r.residual_out, bytes, "residualOut")?;
     comm.check_buffer(r.weight, r.hidden * dtype.size(), "weight")?;
@@ -139,14 +177,18 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         rows: r.tokens as u64,
         hidden: r.hidden as u32,
         eps: r.eps,
+        scales: scales as u64,
+        quant,
+        pad: 0,
     };
+    n.coll.recv = r.out as u64;
     let fused = call.use_ll(bytes as u64);
     if !fused && comm.nranks > 1 {
         // The sums into out by the all-reduce's own choice of algorithm;
         // the norm kernel reads them there. (One rank has nothing to add:
         // the norm kernel reads the input.)
         allreduce::all_reduce(&call)?;
-        n.coll.send = r.out as u64;
+        n.coll.send = sums as u64;
     }
     let grid = (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32;
     let f = comm.device.module().function(if fused { ll_kernel } else { norm_kernel })?;
@@ -169,6 +211,7 @@ mod tests {
             hidden,
             eps: 1e-6,
             dtype: dtype as RawDataType,
+            output: NormOutput::SameType,
         }
     }
 
@@ -213,5 +256,23 @@ mod tests {
         let mut r = req(4096, symmBfloat16);
         r.residual = std::ptr::null();
         assert!(check(&r).unwrap_err().msg.contains("residual is NULL"));
+    }
+
+    #[test]
+    fn fp8_outputs_check_their_scales_and_never_alias_the_input() {
+        use symmDataType_t::*;
+        let mut r = req(4096, symmBfloat16);
+        r.output = NormOutput::Fp8Token(0x500000 as *mut f32);
+        assert!(check(&r).is_ok());
+        r.output = NormOutput::Fp8Tensor(std::ptr::null_mut());
+        assert!(check(&r).unwrap_err().msg.contains("scales is NULL"));
+        r.output = NormOutput::Fp8Tensor(0x500002 as *mut f32);
+        assert!(check(&r).unwrap_err().msg.contains("4-byte"));
+        r.output = NormOutput::Fp8Token(0x500000 as *mut f32);
+        r.out = r.input as *mut c_void;
+        assert!(check(&r).unwrap_err().msg.contains("input and out overlap"), "an fp8 out cannot be the input");
+        let mut r = req(4096, symmBfloat16);
+        r.output = NormOutput::Fp8Token(r.residual_out as *mut f32);
+        assert!(check(&r).unwrap_err().msg.contains("overlap"), "scales inside residualOut");
     }
 }

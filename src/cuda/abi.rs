@@ -203,8 +203,16 @@ pub struct NormArgs {
     pub rows: u64,
     pub hidden: u32,
     pub eps: f32,
+    pub scales: u64,
+    pub quant: u32,
+    pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4 + 8);
+const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4 + 8 + 16);
+
+/// `SYMM_NORM_SAME_TYPE`, `SYMM_NORM_FP8_TENSOR`, `SYMM_NORM_FP8_TOKEN`.
+pub(crate) const NORM_SAME_TYPE: u32 = 0;
+pub(crate) const NORM_FP8_TENSOR: u32 = 1;
+pub(crate) const NORM_FP8_TOKEN: u32 = 2;
 
 /// `SYMM_NORM_MAX_UNITS`, `SYMM_NORM_MAX_THREADS`: a row is at most
 /// 8 x 1024 units of 8 bytes.

@@ -65,8 +65,45 @@ pub extern "C" fn symmAllReduceAddRMSNorm(
     comm: symmComm_t,
     stream: *mut CUstream_st,
 ) -> symmResult_t {
-    let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype };
+    let output = coll::allreduce_norm::NormOutput::SameType;
+    let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype, output };
     boundary("symmAllReduceAddRMSNorm", comm, || {
+        let c = comm_arg(comm)?;
+        let _cur = c.device.make_current()?;
+        coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), &req)
+    })
+}
+
+/// symmAllReduceAddRMSNorm with `out` in fp8 e4m3 (one byte an element),
+/// for the fp8 GEMM that follows: with `perTokenScales` 0, `out = y /
+/// scales[0]` (a device float the caller gives: a static per-tensor scale);
+/// otherwise the call writes `scales[t] = max(max|y_t| / 448, 1/(448*512))`
+/// for each row t and `out = y_t / scales[t]` (dynamic per-token scales, as
+/// scaled_mm consumes them). Saturated to +-448. `out` may not be `input`;
+/// above the LL limit the call uses `input` as its workspace (its contents
+/// afterwards are the all-reduced sums). `scales` 4-byte aligned, device
+/// memory.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllReduceAddRMSNormFp8(
+    input: *const c_void,
+    residual: *const c_void,
+    weight: *const c_void,
+    out: *mut c_void,
+    residualOut: *mut c_void,
+    scales: *mut f32,
+    perTokenScales: c_int,
+    tokens: usize,
+    hidden: usize,
+    eps: f32,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    use coll::allreduce_norm::NormOutput;
+    let output = if perTokenScales != 0 { NormOutput::Fp8Token(scales) } else { NormOutput::Fp8Tensor(scales) };
+    let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype, output };
+    boundary("symmAllReduceAddRMSNormFp8", comm, || {
         let c = comm_arg(comm)?;
         let _cur = c.device.make_current()?;
         coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), &req)

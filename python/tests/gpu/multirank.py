@@ -308,6 +308,23 @@ def all_reduce_add_rms_norm(c: Ctx):
                 c.expect((out is inp) == in_place and (rout is r) == in_place, f"returned tensors, {tag}")
                 c.expect(torch.allclose(rout.double().cpu(), x, rtol=tol, atol=tol), f"residual_out, {tag}")
                 c.expect(torch.allclose(out.double().cpu(), want, rtol=tol, atol=tol), f"out, {tag}")
+    # fp8 out with per-token scales: out * scale reproduces the norm within
+    # e4m3's half step (1/16) plus its smallest step.
+    g = torch.Generator(device="cpu").manual_seed(12)
+    for tokens in (3, 300):
+        ins = [torch.randn(tokens, hidden, generator=g) / 4 for _ in range(W)]
+        res = torch.randn(tokens, hidden, generator=g)
+        w = (1 + torch.rand(hidden, generator=g)).to(torch.bfloat16)
+        x = sum(i.to(torch.bfloat16).double() for i in ins) + res.to(torch.bfloat16).double()
+        want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        out, rout, scales = comm.all_reduce_add_rms_norm(ins[R].to(torch.bfloat16).to(dev),
+                                                         res.to(torch.bfloat16).to(dev), w.to(dev), 1e-6,
+                                                         out_dtype=torch.float8_e4m3fn)
+        torch.cuda.synchronize()
+        got = out.double().cpu() * scales.double().cpu()[:, None]
+        ok = bool(((got - want).abs() <= want.abs() / 16 + scales.double().cpu()[:, None] / 512 + 1e-2).all())
+        c.expect(out.dtype == torch.float8_e4m3fn and scales.shape == (tokens,) and ok,
+                 f"fp8 out with per-token scales, {tokens} tokens")
     try:
         comm.all_reduce_add_rms_norm(torch.zeros(4, 12, device=dev, dtype=torch.bfloat16),
                                      torch.zeros(4, 12, device=dev, dtype=torch.bfloat16),
