@@ -20,6 +20,7 @@ use std::ffi::{c_void, CStr};
 
 use cudarc::driver::sys::CUstream;
 
+use super::ranges::check_disjoint;
 use super::{allreduce, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE};
@@ -101,17 +102,19 @@ fn check(r: &NormRequest) -> Result<symmDataType_t> {
         NormOutput::Fp8Tensor(p) => (bytes / es, p as usize, 4),
         NormOutput::Fp8Token(p) => (bytes / es, p as usize, 4 * r.tokens),
     };
-    let mut buffers: Vec<(&str, usize, usize, usize)> = vec![
+    // Scales: 0 bytes (skipped) when out has the input's type.
+    let buffers: [(&str, usize, usize, usize); 6] = [
         ("input", r.input as usize, bytes, 16),
         ("residual", r.residual as usize, bytes, 16),
         ("weight", r.weight as usize, row_bytes, 16),
         ("out", r.out as usize, out_bytes, 16),
         ("residualOut", r.residual_out as usize, bytes, 16),
+        ("scales", scales, scale_bytes, 4),
     ];
-    if r.output != NormOutput::SameType {
-        buffers.push(("scales", scales, scale_bytes, 4));
-    }
-    for &(name, p, _, align) in &buffers {
+    for &(name, p, n, align) in &buffers {
+        if n == 0 && name == "scales" {
+            continue;
+        }
         if p == 0 {
             bail!(symmInvalidArgument, "{name} is NULL");
         }
@@ -123,17 +126,11 @@ fn check(r: &NormRequest) -> Result<symmDataType_t> {
     // exactly; nothing else may overlap (the two-kernel form writes out
     // before it reads residual).
     let same_type = r.output == NormOutput::SameType;
-    for (i, &(a, pa, na, _)) in buffers.iter().enumerate() {
-        for &(b, pb, nb, _) in &buffers[i + 1..] {
-            let allowed = (a == "input" && b == "out" && same_type || a == "residual" && b == "residualOut") && pa == pb;
-            if !allowed && pa < pb + nb && pb < pa + na && bytes > 0 {
-                bail!(
-                    symmInvalidArgument,
-                    "{a} and {b} overlap; only out = input and residualOut = residual may alias (exactly)"
-                );
-            }
-        }
-    }
+    let ranges = buffers.map(|(name, p, n, _)| (name, p as u64, n as u64));
+    check_disjoint(&ranges, |a, b, same_start| {
+        same_start && (a == "input" && b == "out" && same_type || a == "residual" && b == "residualOut")
+    })
+    .map_err(|e| e.context("only out = input (same type) and residualOut = residual may alias, exactly"))?;
     Ok(dtype)
 }
 

@@ -18,11 +18,11 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::CUstream;
 
+use super::ranges::check_disjoint;
 use super::{CollId, Request};
 use crate::comm::Comm;
-use crate::cuda::abi::A2AVDevArgs;
+use crate::cuda::abi::{A2AVDevArgs, COLL_THREADS};
 use crate::cuda::launch::{self, LaunchConfig};
-use crate::cuda::abi::COLL_THREADS;
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, RawDataType};
 
@@ -34,10 +34,6 @@ pub struct A2AVDevRequest {
     pub recv_capacity: usize,
     pub out_splits_offsets: *mut i64,
     pub dtype: RawDataType,
-}
-
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
-    a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
 
 /// Enqueue the all-to-all-v on `stream` (the communicator's context
@@ -74,19 +70,13 @@ pub fn all_to_all_v_device(comm: &Comm, stream: CUstream, r: &A2AVDevRequest) ->
     };
     let send_capacity = (entry.start + entry.len - r.send as u64) / es as u64;
     let ranges = [
-        ("sendbuff", (r.send as u64, send_capacity * es as u64)),
-        ("recvbuff", (r.recv as u64, recv_bytes as u64)),
-        ("sendSplits", (r.splits as u64, 8 * n as u64)),
-        ("outSplitsOffsets", (r.out_splits_offsets as u64, 16 * n as u64)),
+        ("sendbuff", r.send as u64, send_capacity * es as u64),
+        ("recvbuff", r.recv as u64, recv_bytes as u64),
+        ("sendSplits", r.splits as u64, 8 * n as u64),
+        ("outSplitsOffsets", r.out_splits_offsets as u64, 16 * n as u64),
     ];
-    for (i, &(a, ra)) in ranges.iter().enumerate() {
-        for &(b, rb) in &ranges[i + 1..] {
-            // The counts may sit in the input's buffer (read before anything moves).
-            if overlaps(ra, rb) && !(a == "sendbuff" && b == "sendSplits") {
-                bail!(symmInvalidArgument, "{a} and {b} overlap");
-            }
-        }
-    }
+    // The counts may sit in the input's buffer (read before anything moves).
+    check_disjoint(&ranges, |a, b, _| a == "sendbuff" && b == "sendSplits")?;
     comm.check_buffer(r.splits.cast(), 8 * n, "sendSplits")?;
     comm.check_buffer(r.out_splits_offsets.cast(), 16 * n, "outSplitsOffsets")?;
     // The communicator, the stream and both buffers, as for any collective
@@ -113,16 +103,4 @@ pub fn all_to_all_v_device(comm: &Comm, stream: CUstream, r: &A2AVDevRequest) ->
     let f = comm.device.module().function(c"symm_alltoallv_device")?;
     let mut params = [(&mut v as *mut A2AVDevArgs).cast::<c_void>()];
     launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_overlap_only_when_they_share_a_byte() {
-        assert!(overlaps((0, 16), (8, 16)));
-        assert!(!overlaps((0, 16), (16, 16)));
-        assert!(!overlaps((0, 0), (0, 16)), "an empty range overlaps nothing");
-    }
 }

@@ -24,6 +24,7 @@ mod algo;
 pub mod broadcast;
 pub mod copy_engine;
 pub mod p2p;
+mod ranges;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod timeline;

@@ -67,10 +67,15 @@ pub extern "C" fn symmAllReduceAddRMSNorm(
 ) -> symmResult_t {
     let output = coll::allreduce_norm::NormOutput::SameType;
     let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype, output };
-    boundary("symmAllReduceAddRMSNorm", comm, || {
+    fused_norm("symmAllReduceAddRMSNorm", comm, stream, &req)
+}
+
+/// Both fused-norm exports: the communicator, its context, the op.
+fn fused_norm(api: &'static str, comm: symmComm_t, stream: *mut CUstream_st, req: &coll::allreduce_norm::NormRequest) -> symmResult_t {
+    boundary(api, comm, || {
         let c = comm_arg(comm)?;
         let _cur = c.device.make_current()?;
-        coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), &req)
+        coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), req)
     })
 }
 
@@ -103,11 +108,7 @@ pub extern "C" fn symmAllReduceAddRMSNormFp8(
     use coll::allreduce_norm::NormOutput;
     let output = if perTokenScales != 0 { NormOutput::Fp8Token(scales) } else { NormOutput::Fp8Tensor(scales) };
     let req = coll::allreduce_norm::NormRequest { input, residual, weight, out, residual_out: residualOut, tokens, hidden, eps, dtype: datatype, output };
-    boundary("symmAllReduceAddRMSNormFp8", comm, || {
-        let c = comm_arg(comm)?;
-        let _cur = c.device.make_current()?;
-        coll::allreduce_norm::all_reduce_add_rms_norm(&c, stream.cast(), &req)
-    })
+    fused_norm("symmAllReduceAddRMSNormFp8", comm, stream, &req)
 }
 
 /// Block r (sendcount elements) of every rank's recvbuff = rank r's sendbuff.
