@@ -27,33 +27,21 @@
 #include "ll.cuh"
 #include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE: fp16, fp32, bf16
 
-// Sum of v over the block, in every thread (blockDim.x a multiple of 32).
-__device__ __forceinline__ float norm_block_sum(float v) {
+// Sum (or, MAX, the max) of v over the block, in every thread (blockDim.x
+// a multiple of 32).
+template <bool MAX>
+__device__ __forceinline__ float norm_block_reduce(float v) {
   __shared__ float part[SYMM_NORM_MAX_THREADS / 32];
+  auto op = [](float x, float y) { return MAX ? fmaxf(x, y) : x + y; };
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // part[] of the previous row has been read
+  __syncthreads();  // part[] of the previous reduction has been read
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  v = lane < blockDim.x / 32 ? part[lane] : 0.f;
+  v = lane < blockDim.x / 32 ? part[lane] : 0.f;  // 0 is neutral for both (|y| >= 0)
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Max of v over the block, in every thread.
-__device__ __forceinline__ float norm_block_max(float v) {
-  __shared__ float part[SYMM_NORM_MAX_THREADS / 32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  v = lane < blockDim.x / 32 ? part[lane] : 0.f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -87,7 +75,7 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
     }
     *reinterpret_cast<uint2*>(n.residual_out + off) = out.u;
   }
-  const float inv = rsqrtf(norm_block_sum(ss) / (float)n.hidden + n.eps);
+  const float inv = rsqrtf(norm_block_reduce<false>(ss) / (float)n.hidden + n.eps);
   float amax = 0.f;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
@@ -109,7 +97,7 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
   // per-token quantisation keeps it).
   float scale;
   if (Q == SYMM_NORM_FP8_TOKEN) {
-    scale = fmaxf(norm_block_max(amax) / 448.f, 1.f / (448.f * 512.f));
+    scale = fmaxf(norm_block_reduce<true>(amax) / 448.f, 1.f / (448.f * 512.f));
     if (threadIdx.x == 0) n.scales[row] = scale;
   } else {
     scale = n.scales[0];
