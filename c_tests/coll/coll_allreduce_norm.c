@@ -57,6 +57,31 @@ static double dec(int dt, uint64_t u) {
 /* Relative tolerance of out: two units in the last place. */
 static double tolerance(int dt) { return dt == symmBfloat16 ? 2.0 / 128 : dt == symmFloat16 ? 2.0 / 1024 : 1e-5; }
 
+/* Rank r's input, the residual and the weight, from the patterns above. */
+static void upload_inputs(struct tw_rank *r, int dt, size_t tokens, size_t hidden, CUdeviceptr in, CUdeviceptr res,
+                          CUdeviceptr wt, uint8_t *host) {
+  const int es = cw_dt[dt].size;
+  const size_t bytes = tokens * hidden * es;
+  for (size_t t = 0; t < tokens; t++)
+    for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
+  CU_REQUIRE(tu_cu.cuMemcpyHtoD(in, host, bytes));
+  for (size_t t = 0; t < tokens; t++)
+    for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
+  CU_REQUIRE(tu_cu.cuMemcpyHtoD(res, host, bytes));
+  for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
+  CU_REQUIRE(tu_cu.cuMemcpyHtoD(wt, host, hidden * es));
+}
+
+/* residualOut's exact value: the residual plus every rank's input. */
+static void reference_sums(int n, size_t tokens, size_t hidden, double *x) {
+  for (size_t t = 0; t < tokens; t++)
+    for (size_t h = 0; h < hidden; h++) {
+      double v = res_val(t, h);
+      for (int q = 0; q < n; q++) v += in_val(q, t, h);
+      x[t * hidden + h] = v;
+    }
+}
+
 enum alias { SEPARATE, IN_PLACE };
 
 /* One case on every rank; graph: capture the call and replay it twice. */
@@ -76,14 +101,7 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
   for (int i = 0; i < w->nlocal; i++) {
     struct tw_rank *r = &w->r[i];
     tw_use(r);
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(IN.p[i], host, bytes));
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(RES.p[i], host, bytes));
-    for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(WT.p[i], host, hidden * es));
+    upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     CU_REQUIRE(cw_cu.cuMemsetD8Async(OUT.p[i], 0xA5, bytes, r->stream));
     CU_REQUIRE(cw_cu.cuMemsetD8Async(ROUT.p[i], 0xA5, bytes, r->stream));
     tw_stream_wait(r, 60, "poisoning the outputs");
@@ -123,12 +141,7 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
     /* Reference rows, then the two outputs. */
     double *x = malloc(elems * sizeof(double));
     REQUIRE(x != NULL, "out of host memory");
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) {
-        double s = res_val(t, h);
-        for (int q = 0; q < n; q++) s += in_val(q, t, h);
-        x[t * hidden + h] = s;
-      }
+    reference_sums(n, tokens, hidden, x);
     CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, al == IN_PLACE ? RES.p[i] : ROUT.p[i], bytes));
     size_t wrong = 0, first = 0;
     for (size_t e = 0; e < elems; e++)
@@ -191,14 +204,7 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
   for (int i = 0; i < w->nlocal; i++) {
     struct tw_rank *r = &w->r[i];
     tw_use(r);
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(IN.p[i], host, bytes));
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(RES.p[i], host, bytes));
-    for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(WT.p[i], host, hidden * es));
+    upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     scales[0] = given;
     CU_REQUIRE(tu_cu.cuMemcpyHtoD(SC.p[i], scales, 4));
     TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
@@ -217,12 +223,7 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
     struct tw_rank *r = &w->r[i];
     TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "the fp8 call did not finish");
     tw_use(r);
-    for (size_t t = 0; t < tokens; t++)
-      for (size_t h = 0; h < hidden; h++) {
-        double v = res_val(t, h);
-        for (int q = 0; q < n; q++) v += in_val(q, t, h);
-        x[t * hidden + h] = v;
-      }
+    reference_sums(n, tokens, hidden, x);
     CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, RES.p[i], bytes));
     size_t wrong = 0, first = 0;
     for (size_t e = 0; e < elems; e++)
@@ -265,13 +266,6 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
   cw_buf_free(w, &SC);
 }
 
-static void refused(struct tw_rank *r, const char *what, symmResult_t rc, symmResult_t want, const char *says) {
-  char msg[1024];
-  const char *m = tu_last_error(r->comm, msg, sizeof msg);
-  TW_CHECK(r, rc == want, "%s: %s, expected %s", what, tu_result_name(rc), tu_result_name(want));
-  TW_CHECK(r, tu_contains_ci(m, says), "%s: the message does not say \"%s\": %s", what, says, m ? m : "(NULL)");
-}
-
 /* Bad arguments, each rank alone: refused before anything is enqueued. */
 static void bad_input(struct tw *w) {
   for (int i = 0; i < w->nlocal; i++) {
@@ -281,20 +275,20 @@ static void bad_input(struct tw *w) {
     CU_REQUIRE(tu_cu.cuMemAlloc(&a, 4 << 20));
     char *in = (char *)(uintptr_t)a, *res = in + (1 << 20), *wt = in + (2 << 20), *out = in + (3 << 20);
     const symmDataType_t bf = symmBfloat16;
-    refused(r, "hidden 12", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 12, EPS, bf, r->comm, r->stream),
+    cw_refused(r, "hidden 12", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 12, EPS, bf, r->comm, r->stream),
             symmInvalidArgument, "multiple of 8");
-    refused(r, "int32", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, EPS, symmInt32, r->comm, r->stream),
+    cw_refused(r, "int32", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, EPS, symmInt32, r->comm, r->stream),
             symmInvalidArgument, "symmBfloat16");
-    refused(r, "out = residual", symmAllReduceAddRMSNorm(in, res, wt, res, res, 4, 64, EPS, bf, r->comm, r->stream),
+    cw_refused(r, "out = residual", symmAllReduceAddRMSNorm(in, res, wt, res, res, 4, 64, EPS, bf, r->comm, r->stream),
             symmInvalidArgument, "overlap");
-    refused(r, "weight misaligned",
+    cw_refused(r, "weight misaligned",
             symmAllReduceAddRMSNorm(in, res, wt + 2, out, res, 4, 64, EPS, bf, r->comm, r->stream),
             symmInvalidArgument, "16-byte");
-    refused(r, "NULL weight", symmAllReduceAddRMSNorm(in, res, NULL, out, res, 4, 64, EPS, bf, r->comm, r->stream),
+    cw_refused(r, "NULL weight", symmAllReduceAddRMSNorm(in, res, NULL, out, res, 4, 64, EPS, bf, r->comm, r->stream),
             symmInvalidArgument, "weight is NULL");
-    refused(r, "negative eps", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, -1.0f, bf, r->comm, r->stream),
+    cw_refused(r, "negative eps", symmAllReduceAddRMSNorm(in, res, wt, out, res, 4, 64, -1.0f, bf, r->comm, r->stream),
             symmInvalidArgument, "eps");
-    refused(r, "hidden 65536",
+    cw_refused(r, "hidden 65536",
             symmAllReduceAddRMSNorm(in, res, wt, out, res, 1, 65536, EPS, bf, r->comm, r->stream), symmNotSupported,
             "64 KiB");
     symmResult_t async = symmInternalError;

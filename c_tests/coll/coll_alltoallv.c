@@ -114,10 +114,7 @@ static void run_case(struct tw *w, enum cw_class cls, size_t k, int rep) {
 
 /* One bad call: symmInvalidArgument, its message naming the problem. */
 static void refused(struct tw_rank *r, const char *what, symmResult_t rc, const char *says) {
-  char msg[1024];
-  const char *m = tu_last_error(r->comm, msg, sizeof msg);
-  TW_CHECK(r, rc == symmInvalidArgument, "%s: %s, expected symmInvalidArgument", what, tu_result_name(rc));
-  TW_CHECK(r, tu_contains_ci(m, says), "%s: the message does not say \"%s\": %s", what, says, m ? m : "(NULL)");
+  cw_refused(r, what, rc, symmInvalidArgument, says);
 }
 
 /* Bad arguments, on each rank alone: nothing is launched. */

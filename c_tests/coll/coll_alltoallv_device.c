@@ -264,10 +264,7 @@ static void overflow_case(struct tw *w) {
 }
 
 static void refused(struct tw_rank *r, const char *what, symmResult_t rc, const char *says) {
-  char msg[1024];
-  const char *m = tu_last_error(r->comm, msg, sizeof msg);
-  TW_CHECK(r, rc == symmInvalidArgument, "%s: %s, expected symmInvalidArgument", what, tu_result_name(rc));
-  TW_CHECK(r, tu_contains_ci(m, says), "%s: the message does not say \"%s\": %s", what, says, m ? m : "(NULL)");
+  cw_refused(r, what, rc, symmInvalidArgument, says);
 }
 
 static void bad_input(struct tw *w) {

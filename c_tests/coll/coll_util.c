@@ -503,3 +503,10 @@ void cw_abort(struct tw_rank *r, const char *after) {
   TW_CHECK(r, rc == symmSuccess, "symmCommAbort: %s (%s)", tu_result_name(rc), symmGetLastError(NULL));
   r->comm = NULL;
 }
+
+void cw_refused(struct tw_rank *r, const char *what, symmResult_t rc, symmResult_t want, const char *says) {
+  char msg[1024];
+  const char *m = tu_last_error(r->comm, msg, sizeof msg);
+  TW_CHECK(r, rc == want, "%s: %s, expected %s", what, tu_result_name(rc), tu_result_name(want));
+  TW_CHECK(r, tu_contains_ci(m, says), "%s: the message does not say \"%s\": %s", what, says, m ? m : "(NULL)");
+}

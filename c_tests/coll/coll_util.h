@@ -165,6 +165,9 @@ uint64_t cw_pick_seed(void);
 /* SYMM_TIMEOUT in seconds, set to `dflt` first when unset (a test of
  * device-side errors wants them in seconds, not the harness's 30). */
 double cw_short_timeout(const char *dflt);
+/* A call refused on bad input: its result must be `want` and r's last error
+ * must contain `says` (case-insensitive); `what` names the case. */
+void cw_refused(struct tw_rank *r, const char *what, symmResult_t rc, symmResult_t want, const char *says);
 /* symmCommAbort on r's communicator (checked, `after` naming the case);
  * r->comm is NULL afterwards, so tw_destroy_comms skips it. */
 void cw_abort(struct tw_rank *r, const char *after);
