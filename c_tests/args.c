@@ -138,6 +138,12 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, symmInt32, bad,
                              NULL),
          want, NULL, "symmAllToAllvDevice", kw);
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 2, 1, symmInt32,
+                               bad, NULL),
+         want, NULL, "symmAllToAllvDevice2d", kw);
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 2,
+                                     symmInt32, bad, NULL),
+         want, NULL, "symmAllToAllvDevice2dOffset", kw);
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
@@ -468,6 +474,32 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          symmInvalidArgument, a, "symmAllToAllvDevice", "datatype 77");
   EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice", "symmetric or registered");
+  /* The 2-D forms: the same checks (shared), and localExperts / majorAlign. */
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, 1, symmInt8, a, NULL), symmInvalidArgument,
+         a, "symmAllToAllvDevice2d", "sendSplits is NULL");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, 2, 1, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "outSplitsOffsets is NULL");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, (int64_t *)((char *)FAKE_PTR + 4), 2, 1,
+                               symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "8-byte");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 0, 1, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "localExperts is 0");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 1025, 1, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "1024 blocks");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, -8, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "majorAlign is -8");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, (symmDataType_t)77, a,
+                               NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "datatype 77");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "symmetric or registered");
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "inSplitsOffsets is NULL");
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, -1, symmInt8, a,
+                                     NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "localExperts is -1");
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "symmetric or registered");
   EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
   EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");
   EXPECT(symmRecv(NULL, 4, symmInt8, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "recvbuff");

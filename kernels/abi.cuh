@@ -94,7 +94,8 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_CHECK 16u     // compare (collective, count, dtype, op, root) across ranks
 #define SYMM_COLL_LOCAL 32u     // reduce-scatter: reduce a.src[0..n) locally, no cross-rank sync
 #define SYMM_COLL_PUSH 64u      // all-reduce two-shot: reduce the own slice from the peers' inputs and
-                                // store it into every rank's output (symmetric/registered send and recv)
+                                // store it into every rank's output; all-gather: store the own block
+                                // into every rank's output (symmetric/registered send and recv)
 #define SYMM_COLL_PIPE 128u     // two-shot all-reduce / reduce-scatter pipelined through scratch slots
                                 // with per-chunk flags (pipe.cuh)
 #define SYMM_COLL_CLASSIC 256u  // the copy and reduction loops of before (rank-order loads, one vector
@@ -198,6 +199,27 @@ struct SymmA2AVDevArgs {
 };
 static_assert(sizeof(SymmA2AVDevArgs) == sizeof(SymmCollArgs) + 8 * 4, "SymmA2AVDevArgs layout");
 #define SYMM_A2AV_TAG 0xFD000000u  // SymmStatus mine[0]: an all-to-all-v's counts do not fit (mine[3]: which)
+// mine[3] bits 8-15: which form recorded it (0: the 1-D kernel).
+#define SYMM_A2AV_FORM_SHIFT 8u
+#define SYMM_A2AV_FORM_2D 1u         // symm_alltoallv_2d (dispatch)
+#define SYMM_A2AV_FORM_2D_OFFSET 2u  // symm_alltoallv_2d_offset (combine)
+
+// The 2-D forms (alltoallv_device.cu): ne local experts per rank, ns = nranks * ne
+// blocks per rank, at most SYMM_A2AV_2D_MAX_SPLITS (each block's shared tables;
+// each rank's table of 2 * ns + 1 words goes through the front of its scratch).
+#define SYMM_A2AV_2D_MAX_SPLITS 1024
+struct SymmA2AV2dArgs {
+  SymmCollArgs coll;           // send: this rank's input (src[r]: rank r's), recv: the output
+  const int64_t* splits;       // dispatch: [ns] counts, rank-major (q*ne+e); combine: [2][ns] counts
+                               // and offsets in send, expert-major (e*nranks+p); device memory
+  int64_t* out_splits_offsets; // [2][ns]: counts received and their offsets in recv, in output order
+  uint64_t send_capacity;      // elements from send to the end of its buffer
+  uint64_t recv_capacity;      // elements recv holds
+  uint64_t major_align;        // dispatch: each expert's group starts at a multiple (0, 1: none)
+  uint32_t experts;            // ne
+  uint32_t pad;
+};
+static_assert(sizeof(SymmA2AV2dArgs) == sizeof(SymmCollArgs) + 8 * 6, "SymmA2AV2dArgs layout");
 
 // ---- Point-to-point ------------------------------------------------------
 
@@ -257,6 +279,10 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 #define SYMM_P2P_GROUP_SHIFT 12u
 #define SYMM_P2P_GROUP_MIN 64u               // the named barriers: at most 8 groups of a 512-thread block
 #define SYMM_P2P_DIRECT_MIN (1ull << 20)    // messages from this size offer the receiver's buffer for a direct push
+// SymmP2PArgs::mode bits 16-20 (the sized kernel): log2 of the KiB from
+// which messages offer the direct push (p2p:direct=KIB), 0 for
+// SYMM_P2P_DIRECT_MIN. Both ends of a pair must agree (same SYMM_ALGO).
+#define SYMM_P2P_DIRECT_SHIFT 16u
 #define SYMM_P2P_NO_DIRECT (~0ull)
 #define SYMM_P2P_SIZE_TAG 0xFE000000u       // SymmStatus mine[0]/theirs[0]: a send and its receive disagree on the size
 #define SYMM_P2P_SIZED_DELTA 10752u          // words from the fixed kernel's flags to the sized kernel's

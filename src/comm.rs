@@ -486,22 +486,25 @@ fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
 fn mismatch_error(s: &Status) -> Error {
     let wide = |w: &[u32; 4]| w[1] as u64 | (w[2] as u64) << 32;
     if s.mine[0] == abi::A2AV_TAG {
-        return if s.mine[3] == 2 {
+        let (api, counts) = match s.mine[3] >> abi::A2AV_FORM_SHIFT {
+            abi::A2AV_FORM_2D => ("symmAllToAllvDevice2d", "send counts are negative or run past the end of its sendbuff"),
+            abi::A2AV_FORM_2D_OFFSET => (
+                "symmAllToAllvDevice2dOffset",
+                "inSplitsOffsets hold a negative count or offset, or a block past the end of its sendbuff",
+            ),
+            _ => ("symmAllToAllvDevice", "send counts are negative or run past the end of its sendbuff"),
+        };
+        let padding = if s.mine[3] >> abi::A2AV_FORM_SHIFT == abi::A2AV_FORM_2D { " (with the majorAlign padding)" } else { "" };
+        return if s.mine[3] & 0xff == 2 {
             err!(
                 symmInvalidUsage,
-                "rank {}: symmAllToAllvDevice would receive {} elements, but recvCapacity is {}; nothing was moved",
+                "rank {}: {api} would receive {} elements{padding}, but recvCapacity is {}; nothing was moved",
                 s.rank,
                 wide(&s.mine),
                 wide(&s.theirs)
             )
         } else {
-            err!(
-                symmInvalidUsage,
-                "rank {}: symmAllToAllvDevice: rank {}'s send counts are negative or run past the end of its sendbuff; \
-                 nothing was moved",
-                s.rank,
-                wide(&s.mine)
-            )
+            err!(symmInvalidUsage, "rank {}: {api}: rank {}'s {counts}; nothing was moved", s.rank, wide(&s.mine))
         };
     }
     if s.mine[0] == abi::P2P_SIZE_TAG {
@@ -876,5 +879,27 @@ mod tests {
     #[test]
     fn host_hash_is_stable() {
         assert_eq!(host_hash(), host_hash());
+    }
+
+    #[test]
+    fn all_to_all_v_errors_name_their_form() {
+        let a2av = |how: u32, mine: u64, cap: u64| Status {
+            rank: 3,
+            mine: [abi::A2AV_TAG, mine as u32, (mine >> 32) as u32, how],
+            theirs: [abi::A2AV_TAG, cap as u32, (cap >> 32) as u32, how],
+            ..Status::default()
+        };
+        let shift = abi::A2AV_FORM_SHIFT;
+        let e = mismatch_error(&a2av(2, 5 << 32, 7));
+        assert_eq!(e.code, symmResult_t::symmInvalidUsage);
+        assert!(e.msg.contains("rank 3: symmAllToAllvDevice would receive 21474836480 elements, but recvCapacity is 7"), "{}", e.msg);
+        let e = mismatch_error(&a2av(2 | abi::A2AV_FORM_2D << shift, 40, 39));
+        assert!(e.msg.contains("symmAllToAllvDevice2d would receive 40 elements (with the majorAlign padding)"), "{}", e.msg);
+        let e = mismatch_error(&a2av(1 | abi::A2AV_FORM_2D << shift, 1, 0));
+        assert!(e.msg.contains("symmAllToAllvDevice2d: rank 1's send counts are negative"), "{}", e.msg);
+        let e = mismatch_error(&a2av(1 | abi::A2AV_FORM_2D_OFFSET << shift, 0, 0));
+        assert!(e.msg.contains("symmAllToAllvDevice2dOffset: rank 0's inSplitsOffsets hold a negative"), "{}", e.msg);
+        let e = mismatch_error(&a2av(2 | abi::A2AV_FORM_2D_OFFSET << shift, 9, 8));
+        assert!(e.msg.contains("symmAllToAllvDevice2dOffset would receive 9 elements, but"), "{}", e.msg);
     }
 }

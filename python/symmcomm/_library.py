@@ -138,6 +138,12 @@ FUNCTIONS: list[Function] = [
               cudaStream_t]),
     Function("symmAllToAllvDevice", symmResult_t,
              [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, symmDataType_t, symmComm_t, cudaStream_t]),
+    Function("symmAllToAllvDevice2d", symmResult_t,
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, ctypes.c_int64, symmDataType_t,
+              symmComm_t, cudaStream_t]),
+    Function("symmAllToAllvDevice2dOffset", symmResult_t,
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, symmDataType_t, symmComm_t,
+              cudaStream_t]),
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
@@ -499,6 +505,16 @@ class SymmLibrary:
                             stream) -> None:
         self.call("symmAllToAllvDevice", send, splits, recv, recv_capacity, out_splits_offsets, dtype, comm, stream,
                   comm=comm)
+
+    def symmAllToAllvDevice2d(self, send, splits, recv, recv_capacity, out_splits_offsets, local_experts,
+                              major_align, dtype, comm, stream) -> None:
+        self.call("symmAllToAllvDevice2d", send, splits, recv, recv_capacity, out_splits_offsets, local_experts,
+                  major_align, dtype, comm, stream, comm=comm)
+
+    def symmAllToAllvDevice2dOffset(self, send, splits_offsets, recv, recv_capacity, out_splits_offsets,
+                                    local_experts, dtype, comm, stream) -> None:
+        self.call("symmAllToAllvDevice2dOffset", send, splits_offsets, recv, recv_capacity, out_splits_offsets,
+                  local_experts, dtype, comm, stream, comm=comm)
 
     def symmAllReduceAddRMSNorm(self, input, residual, weight, out, residual_out, tokens, hidden, eps, dtype, comm,
                                 stream) -> None:

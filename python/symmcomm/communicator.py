@@ -64,6 +64,27 @@ def _int_arg(value, name: str) -> int:
         raise invalid(f"{name} must be an int, not {type(value).__name__}") from None
 
 
+def _experts_per_rank(nsplits: int, world_size: int, name: str) -> int:
+    """Local experts per rank of a 2-D all-to-all-v whose ``name`` holds
+    ``nsplits`` splits per row: nsplits // world_size, as PyTorch infers
+    it (``in_splits.numel() // world_size``), the rest refused."""
+    if nsplits <= 0 or nsplits % world_size:
+        raise invalid(f"{name} has {nsplits} splits per row: it needs local_experts x world_size ({world_size}), "
+                      f"local_experts at least 1")
+    return nsplits // world_size
+
+
+def _major_align(major_align) -> int:
+    """all_to_all_vdev_2d's ``major_align``: None (PyTorch's default) is 1;
+    0 packs the experts' groups (PyTorch refuses 0)."""
+    if major_align is None:
+        return 1
+    align = _int_arg(major_align, "major_align")
+    if align < 0:
+        raise invalid(f"major_align is {align}; it must be 0 or more (rows)")
+    return align
+
+
 def _device_index(device) -> int | None:
     """An int device ordinal from an int, "cuda:N", or a torch.device."""
     if device is None:
@@ -563,6 +584,94 @@ class Communicator:
                                           result.data_ptr(), dt, handle, raw)
             torch.floor_divide(result, unit, out=out_splits_offsets)
         return out
+
+    def all_to_all_vdev_2d(self, input, out, in_splits, out_splits_offsets, *, major_align=None, stream=None):
+        """PyTorch's ``torch.ops.symm_mem.all_to_all_vdev_2d`` on this
+        communicator (symmAllToAllvDevice2d), the mixture-of-experts
+        dispatch: with ne = ``in_splits.numel() // world_size`` local experts
+        per rank, ``in_splits`` (int64, on the GPU) gives at [q*ne+e] the rows
+        of ``input`` (dim 0) for expert e of rank q, back to back in that
+        order. The rows received land in ``out`` expert-major (for e, for
+        each rank p, the rows from p for local expert e), each expert's
+        group starting at a multiple of ``major_align`` rows (None: 1) and,
+        as in PyTorch, at least ``major_align`` rows long even when the
+        expert receives nothing (0: packed; the padding is not written);
+        ``out_splits_offsets`` (int64, 2 x ne*world_size) gets at
+        [e*world_size+p] the rows received and where they start. At most 1024 splits. The counts never reach the host:
+        CUDA graphs replay with new counts. ``input`` must be a symmetric
+        tensor or in a registered buffer; ``out``'s rows are its capacity.
+        Returns ``out``."""
+        torch = require_torch("all_to_all_vdev_2d")
+        align = _major_align(major_align)
+        dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits, "in_splits", 1, out_splits_offsets)
+        handle, raw = self.handle, self._stream(stream)
+        if unit == 1:
+            self._lib.symmAllToAllvDevice2d(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel(),
+                                            out_splits_offsets.data_ptr(), ne, align, dt, handle, raw)
+            return out
+        # Counts and alignment in rows: scaled to elements and back on the
+        # same stream (graph-capturable like the call).
+        with torch.cuda.stream(self._torch_stream(stream)):
+            splits = in_splits * unit
+            result = out_splits_offsets * unit
+            self._lib.symmAllToAllvDevice2d(input.data_ptr(), splits.data_ptr(), out.data_ptr(), out.numel() * factor,
+                                            result.data_ptr(), ne, align * unit, dt, handle, raw)
+            torch.floor_divide(result, unit, out=out_splits_offsets)
+        return out
+
+    def all_to_all_vdev_2d_offset(self, input, out, in_splits_offsets, out_splits_offsets, *, stream=None):
+        """PyTorch's ``torch.ops.symm_mem.all_to_all_vdev_2d_offset`` on this
+        communicator (symmAllToAllvDevice2dOffset), the combine that undoes
+        all_to_all_vdev_2d: ``in_splits_offsets`` (int64, 2 x ne*world_size,
+        on the GPU; ne = its columns // world_size) gives at [e*world_size+p]
+        the rows this rank's local expert e sends back to rank p (row 0) and
+        where they start in ``input`` (row 1; padding between blocks is
+        fine: pass the dispatch's out_splits_offsets). Each rank receives
+        rank-major, packed: for each rank q, for e, the rows from q's expert
+        e; ``out_splits_offsets`` (int64, 2 x world_size*ne) gets at [q*ne+e]
+        the rows received and where they start, as PyTorch's. ``input`` must
+        be a symmetric tensor or in a registered buffer. Returns ``out``."""
+        torch = require_torch("all_to_all_vdev_2d_offset")
+        dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits_offsets, "in_splits_offsets", 2,
+                                                  out_splits_offsets)
+        handle, raw = self.handle, self._stream(stream)
+        if unit == 1:
+            self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), in_splits_offsets.data_ptr(), out.data_ptr(),
+                                                  out.numel(), out_splits_offsets.data_ptr(), ne, dt, handle, raw)
+            return out
+        with torch.cuda.stream(self._torch_stream(stream)):
+            splits_offsets = in_splits_offsets * unit
+            result = out_splits_offsets * unit
+            self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), splits_offsets.data_ptr(), out.data_ptr(),
+                                                  out.numel() * factor, result.data_ptr(), ne, dt, handle, raw)
+            torch.floor_divide(result, unit, out=out_splits_offsets)
+        return out
+
+    def _vdev_2d_args(self, torch, input, out, splits, name: str, rows: int, out_splits_offsets):
+        """The checks the 2-D all-to-all-v forms share: (library datatype,
+        library elements per tensor element, library elements per row, local
+        experts)."""
+        self._tensor(input, "input")
+        self._tensor(out, "out")
+        self._tensor(splits, name)
+        self._tensor(out_splits_offsets, "out_splits_offsets")
+        if out.dtype != input.dtype or out.shape[1:] != input.shape[1:]:
+            raise invalid(f"out ({out.dtype}, rows of {tuple(out.shape[1:])}) must match input "
+                          f"({input.dtype}, rows of {tuple(input.shape[1:])})")
+        if splits.dtype != torch.int64:
+            raise invalid(f"{name} must be int64, not {splits.dtype}")
+        if rows == 2 and (splits.dim() != 2 or splits.shape[0] != 2):
+            raise invalid(f"{name} must have shape (2, local_experts x world_size), not {tuple(splits.shape)}")
+        ne = _experts_per_rank(splits.numel() // rows, self.world_size, name)
+        nsplits = ne * self.world_size
+        if out_splits_offsets.dtype != torch.int64 or out_splits_offsets.numel() != 2 * nsplits:
+            raise invalid(f"out_splits_offsets must be int64 with 2 x {nsplits} elements, not "
+                          f"{out_splits_offsets.dtype} with {out_splits_offsets.numel()}")
+        if not (splits.is_contiguous() and out_splits_offsets.is_contiguous()):
+            raise invalid(f"{name} and out_splits_offsets must be contiguous")
+        dt, factor = movement_type(input.dtype)
+        row = max(input[0].numel(), 1) if input.dim() > 1 else 1
+        return dt, factor, row * factor, ne
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
         """All-to-all along dim 0, as torch.distributed's: without split sizes

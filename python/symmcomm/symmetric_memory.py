@@ -62,6 +62,8 @@ __all__ = [
     "stream_write_value32",
     "memset32",
     "all_to_all_vdev",
+    "all_to_all_vdev_2d",
+    "all_to_all_vdev_2d_offset",
 ]
 
 _COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator
@@ -127,6 +129,27 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name=None):
     Communicator, or None for the default): see
     Communicator.all_to_all_vdev."""
     return get_communicator(group_name).all_to_all_vdev(input, out, in_splits, out_splits_offsets)
+
+
+def all_to_all_vdev_2d(input, out, in_splits, out_splits_offsets, group_name=None, major_align=None):
+    """``torch.ops.symm_mem.all_to_all_vdev_2d(input, out, in_splits,
+    out_splits_offsets, group_name, major_align=None)`` with the same
+    arguments (the mixture-of-experts dispatch, expert-major output), on the
+    communicator of ``group_name`` (a process group's name, a group, a
+    Communicator, or None for the default): see
+    Communicator.all_to_all_vdev_2d."""
+    return get_communicator(group_name).all_to_all_vdev_2d(input, out, in_splits, out_splits_offsets,
+                                                           major_align=major_align)
+
+
+def all_to_all_vdev_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group_name=None):
+    """``torch.ops.symm_mem.all_to_all_vdev_2d_offset(input, out,
+    in_splits_offsets, out_splits_offsets, group_name)`` with the same
+    arguments (the combine, all_to_all_vdev_2d's inverse), on the
+    communicator of ``group_name``: see
+    Communicator.all_to_all_vdev_2d_offset."""
+    return get_communicator(group_name).all_to_all_vdev_2d_offset(input, out, in_splits_offsets,
+                                                                  out_splits_offsets)
 
 
 def set_communicator(group, comm: Communicator) -> None:

@@ -91,6 +91,7 @@ C_TO_CTYPES = {
     "const float *": ctypes.c_void_p,
     "const int64_t *": ctypes.c_void_p,  # device arrays (symmAllToAllvDevice), passed as addresses
     "int64_t *": ctypes.c_void_p,
+    "int64_t": ctypes.c_int64,  # symmAllToAllvDevice2d's localExperts, majorAlign
     "float *": ctypes.c_void_p,  # device arrays (symmAllReduceAddRMSNormFp8's scales)
     "const char *": ctypes.c_char_p,
     "symmResult_t": ctypes.c_int,

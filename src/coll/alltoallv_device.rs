@@ -14,14 +14,14 @@
 //! fit move nothing and record an asynchronous error (`symmInvalidUsage`,
 //! the message naming the rank and the size).
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
 use super::{CollId, Request};
 use crate::comm::Comm;
-use crate::cuda::abi::{A2AVDevArgs, COLL_THREADS};
+use crate::cuda::abi::{A2AVDevArgs, CollArgs, COLL_THREADS};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, RawDataType};
@@ -36,71 +36,117 @@ pub struct A2AVDevRequest {
     pub dtype: RawDataType,
 }
 
-/// Enqueue the all-to-all-v on `stream` (the communicator's context
-/// current). Everything the host can check is checked before.
-pub fn all_to_all_v_device(comm: &Comm, stream: CUstream, r: &A2AVDevRequest) -> Result<()> {
-    let Some(dtype) = symmDataType_t::from_raw(r.dtype) else {
-        bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t", r.dtype);
+/// The checks and arguments every device-count all-to-all shares (this
+/// form and the 2-D ones, src/coll/alltoallv_2d.rs): the buffers of a call,
+/// as C passes them.
+pub(crate) struct DevA2ABuffers {
+    pub send: *const c_void,
+    pub recv: *mut c_void,
+    pub recv_capacity: usize,
+    pub dtype: RawDataType,
+    /// The counts the call reads: name, pointer, int64 words (device memory).
+    /// They may lie in sendbuff's buffer (read before anything moves).
+    pub counts: (&'static str, *const i64, usize),
+    /// What it writes: name, pointer, int64 words (device memory).
+    pub out: (&'static str, *mut i64, usize),
+}
+
+/// A checked call: the collective arguments (peer addresses of the inputs,
+/// `recv` set, `count` 0) and sendbuff's capacity in elements.
+pub(crate) struct DevA2AChecked {
+    pub coll: CollArgs,
+    pub send_capacity: u64,
+}
+
+/// Everything the host can check of a device-count all-to-all, before
+/// anything is enqueued; `None` when the call has nothing to do.
+pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) -> Result<Option<DevA2AChecked>> {
+    let Some(dtype) = symmDataType_t::from_raw(b.dtype) else {
+        bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t", b.dtype);
     };
-    let (n, es) = (comm.nranks, dtype.size());
-    for (name, p) in [("sendSplits", r.splits as usize), ("outSplitsOffsets", r.out_splits_offsets as usize)] {
+    let es = dtype.size();
+    let (counts, out) = (b.counts, b.out);
+    for (name, p, words) in [(counts.0, counts.1 as usize, counts.2), (out.0, out.1 as usize, out.2)] {
         if p == 0 {
-            bail!(symmInvalidArgument, "{name} is NULL (it holds {} int64 in device memory)", if name == "sendSplits" { n } else { 2 * n });
+            bail!(symmInvalidArgument, "{name} is NULL (it holds {words} int64 in device memory)");
         }
         if p % 8 != 0 {
             bail!(symmInvalidArgument, "{name} ({p:#x}) is not 8-byte aligned");
         }
     }
-    if r.send.is_null() {
+    if b.send.is_null() {
         bail!(symmInvalidArgument, "sendbuff is NULL");
     }
-    if r.recv.is_null() {
+    if b.recv.is_null() {
         bail!(symmInvalidArgument, "recvbuff is NULL");
     }
-    let Some(recv_bytes) = r.recv_capacity.checked_mul(es).filter(|&b| b <= isize::MAX as usize) else {
-        bail!(symmInvalidArgument, "recvCapacity {} x {es} bytes overflows", r.recv_capacity);
+    let Some(recv_bytes) = b.recv_capacity.checked_mul(es).filter(|&x| x <= isize::MAX as usize) else {
+        bail!(symmInvalidArgument, "recvCapacity {} x {es} bytes overflows", b.recv_capacity);
     };
-    let Some(entry) = comm.mem.find(r.send as u64, 1) else {
+    let Some(entry) = comm.mem.find(b.send as u64, 1) else {
         bail!(
             symmInvalidArgument,
             "sendbuff ({:p}) is not in a symmetric or registered buffer: the receivers read their blocks from it \
              (allocate it with symmMemAlloc or register it with symmCommRegister)",
-            r.send
+            b.send
         );
     };
-    let send_capacity = (entry.start + entry.len - r.send as u64) / es as u64;
+    let send_capacity = (entry.start + entry.len - b.send as u64) / es as u64;
     let ranges = [
-        ("sendbuff", r.send as u64, send_capacity * es as u64),
-        ("recvbuff", r.recv as u64, recv_bytes as u64),
-        ("sendSplits", r.splits as u64, 8 * n as u64),
-        ("outSplitsOffsets", r.out_splits_offsets as u64, 16 * n as u64),
+        ("sendbuff", b.send as u64, send_capacity * es as u64),
+        ("recvbuff", b.recv as u64, recv_bytes as u64),
+        (counts.0, counts.1 as u64, 8 * counts.2 as u64),
+        (out.0, out.1 as u64, 8 * out.2 as u64),
     ];
     // The counts may sit in the input's buffer (read before anything moves).
-    check_disjoint(&ranges, |a, b, _| a == "sendbuff" && b == "sendSplits")?;
-    comm.check_buffer(r.splits.cast(), 8 * n, "sendSplits")?;
-    comm.check_buffer(r.out_splits_offsets.cast(), 16 * n, "outSplitsOffsets")?;
+    check_disjoint(&ranges, |x, y, _| x == "sendbuff" && y == counts.0)?;
+    comm.check_buffer(counts.1.cast(), 8 * counts.2, counts.0)?;
+    comm.check_buffer(out.1.cast_const().cast(), 8 * out.2, out.0)?;
     // The communicator, the stream and both buffers, as for any collective
     // (one element each; the counts are only known on the device).
-    let recv_for_checks = if r.recv_capacity == 0 { r.send as *mut c_void } else { r.recv };
-    let Some(call) = Request::new(CollId::AllToAll, r.send, recv_for_checks, 1, r.dtype).validate(comm, stream)? else {
-        return Ok(());
+    let recv_for_checks = if b.recv_capacity == 0 { b.send as *mut c_void } else { b.recv };
+    let Some(call) = Request::new(CollId::AllToAll, b.send, recv_for_checks, 1, b.dtype).validate(comm, stream)? else {
+        return Ok(None);
     };
     let mut a = call.args();
     if !call.direct(&mut a) {
         bail!(symmInternalError, "sendbuff is in a symmetric or registered buffer but has no peer addresses");
     }
-    a.recv = r.recv as u64;
+    a.recv = b.recv as u64;
     a.count = 0;
+    Ok(Some(DevA2AChecked { coll: a, send_capacity }))
+}
+
+/// Launch `kernel` (one of kernels/alltoallv_device.cu) with its argument
+/// struct, on the same grid on every rank (the block syncs pair blocks by
+/// index).
+pub(crate) fn launch_dev_a2a<T>(comm: &Comm, stream: CUstream, kernel: &'static CStr, args: &mut T) -> Result<()> {
+    let f = comm.device.module().function(kernel)?;
+    let mut params = [(args as *mut T).cast::<c_void>()];
+    launch::launch(f, LaunchConfig { grid: comm.coll.max_grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)
+}
+
+/// Enqueue the all-to-all-v on `stream` (the communicator's context
+/// current). Everything the host can check is checked before.
+pub fn all_to_all_v_device(comm: &Comm, stream: CUstream, r: &A2AVDevRequest) -> Result<()> {
+    let n = comm.nranks;
+    let b = DevA2ABuffers {
+        send: r.send,
+        recv: r.recv,
+        recv_capacity: r.recv_capacity,
+        dtype: r.dtype,
+        counts: ("sendSplits", r.splits, n),
+        out: ("outSplitsOffsets", r.out_splits_offsets, 2 * n),
+    };
+    let Some(c) = check_dev_a2a(comm, stream, &b)? else {
+        return Ok(());
+    };
     let mut v = A2AVDevArgs {
-        coll: a,
+        coll: c.coll,
         splits: r.splits as u64,
         out_splits_offsets: r.out_splits_offsets as u64,
-        send_capacity,
+        send_capacity: c.send_capacity,
         recv_capacity: r.recv_capacity as u64,
     };
-    // The same grid on every rank (the block syncs pair blocks by index).
-    let grid = comm.coll.max_grid;
-    let f = comm.device.module().function(c"symm_alltoallv_device")?;
-    let mut params = [(&mut v as *mut A2AVDevArgs).cast::<c_void>()];
-    launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)
+    launch_dev_a2a(comm, stream, c"symm_alltoallv_device", &mut v)
 }

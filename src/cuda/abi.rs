@@ -191,6 +191,30 @@ const _: () = assert!(std::mem::size_of::<A2AVDevArgs>() == std::mem::size_of::<
 /// past its input; 2: this rank would receive `mine[1..3]` elements,
 /// `theirs[1..3]` is its capacity.
 pub(crate) const A2AV_TAG: u32 = 0xFD00_0000;
+/// `SYMM_A2AV_FORM_SHIFT`, `SYMM_A2AV_FORM_2D`, `SYMM_A2AV_FORM_2D_OFFSET`:
+/// `mine[3]` bits 8-15 say which form recorded the error (0: the 1-D one).
+pub(crate) const A2AV_FORM_SHIFT: u32 = 8;
+pub(crate) const A2AV_FORM_2D: u32 = 1;
+pub(crate) const A2AV_FORM_2D_OFFSET: u32 = 2;
+
+/// `SYMM_A2AV_2D_MAX_SPLITS`: most blocks per rank (nranks x local experts)
+/// of the 2-D forms.
+pub(crate) const A2AV_2D_MAX_SPLITS: usize = 1024;
+
+/// `SymmA2AV2dArgs` (kernels/alltoallv_device.cu, the 2-D forms).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct A2AV2dArgs {
+    pub coll: CollArgs,
+    pub splits: u64,
+    pub out_splits_offsets: u64,
+    pub send_capacity: u64,
+    pub recv_capacity: u64,
+    pub major_align: u64,
+    pub experts: u32,
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<A2AV2dArgs>() == std::mem::size_of::<CollArgs>() + 8 * 6);
 
 /// `SymmNormArgs` (kernels/allreduce_norm.cu).
 #[repr(C)]
@@ -233,6 +257,9 @@ pub(crate) const P2P_GROUP: u32 = 128;
 /// `SYMM_P2P_GROUP_SHIFT`: the sized kernel's mode bits 12-15 hold log2 of
 /// its threads per warp group (0: `P2P_GROUP`).
 pub(crate) const P2P_GROUP_SHIFT: u32 = 12;
+/// `SYMM_P2P_DIRECT_SHIFT`: the sized kernel's mode bits 16-20 hold log2 of
+/// the KiB from which a message offers the direct push (0: `P2P_DIRECT_MIN`).
+pub(crate) const P2P_DIRECT_SHIFT: u32 = 16;
 pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
 pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
 /// `SYMM_P2P_SIZE_TAG`: `Status::mine[0]` / `theirs[0]` of a send and a

@@ -291,6 +291,109 @@ pub extern "C" fn symmAllToAllvDevice(
     })
 }
 
+/// The 2-D all-to-all-v with the counts in device memory, expert-major
+/// (PyTorch's all_to_all_vdev_2d; mixture-of-experts dispatch). With n
+/// ranks and `localExperts` (ne) experts on each, `sendSplits` (n*ne int64,
+/// device) gives the elements for expert e of rank q at [q*ne+e], the blocks
+/// back to back in sendbuff in that order (rank-major). Each rank receives
+/// expert-major: for e in 0..ne, for p in 0..n, the block from rank p for
+/// its expert e, back to back, each expert's group starting at a multiple
+/// of `majorAlign` elements and, as in PyTorch, at least `majorAlign`
+/// long, also when the expert receives nothing (0: packed, no alignment;
+/// the padding is not written). `outSplitsOffsets` (2 x n*ne int64,
+/// device) gets, at [e*n+p], the count received (row 0) and its offset in
+/// recvbuff (row 1); it is written only when the call moves its data.
+/// n*ne is at most 1024; sendbuff
+/// must be in a symmetric or registered buffer (the receivers read it),
+/// recvbuff holds `recvCapacity` elements. Nothing crosses the host: CUDA
+/// graphs replay with new counts. Counts that do not fit move nothing and
+/// leave an asynchronous error (symmInvalidUsage): on the rank whose output
+/// is too small, or on every rank when a rank's counts are negative or run
+/// past its sendbuff.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllToAllvDevice2d(
+    sendbuff: *const c_void,
+    sendSplits: *const i64,
+    recvbuff: *mut c_void,
+    recvCapacity: usize,
+    outSplitsOffsets: *mut i64,
+    localExperts: i64,
+    majorAlign: i64,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let req = coll::alltoallv_2d::A2AV2dRequest {
+        send: sendbuff,
+        splits: sendSplits,
+        recv: recvbuff,
+        recv_capacity: recvCapacity,
+        out_splits_offsets: outSplitsOffsets,
+        local_experts: localExperts,
+        major_align: majorAlign,
+        dtype: datatype,
+    };
+    all_to_all_v_2d("symmAllToAllvDevice2d", comm, stream, coll::alltoallv_2d::A2AV2dForm::Dispatch, &req)
+}
+
+/// The inverse of symmAllToAllvDevice2d (PyTorch's
+/// all_to_all_vdev_2d_offset; mixture-of-experts combine). `inSplitsOffsets`
+/// (2 x n*ne int64, device) is indexed expert-major, [e*n+p], like the
+/// dispatch's output: row 0 the elements this rank (owner of its local
+/// expert e) sends back to rank p, row 1 where that block starts in
+/// sendbuff (any offsets, so the dispatch's padding may stay). Each rank
+/// receives rank-major, packed: for q in 0..n, for e in 0..ne, the block
+/// from rank q's expert e; `outSplitsOffsets` (2 x n*ne int64, device) gets
+/// at [q*ne+e] the count received (row 0) and its offset in recvbuff (row
+/// 1), as PyTorch's; it is written only when the call moves its data.
+/// After a dispatch, passing its outSplitsOffsets (and its output, or a
+/// buffer laid out the same) returns every element to where it came from.
+/// n*ne is at most 1024; sendbuff in a symmetric or registered buffer.
+/// Nothing crosses the host. A negative count or offset, or a block past
+/// the end of a rank's sendbuff, moves nothing and leaves an asynchronous
+/// error (symmInvalidUsage) on every rank; more than `recvCapacity`
+/// elements, on the rank that receives them.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn symmAllToAllvDevice2dOffset(
+    sendbuff: *const c_void,
+    inSplitsOffsets: *const i64,
+    recvbuff: *mut c_void,
+    recvCapacity: usize,
+    outSplitsOffsets: *mut i64,
+    localExperts: i64,
+    datatype: RawDataType,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+) -> symmResult_t {
+    let req = coll::alltoallv_2d::A2AV2dRequest {
+        send: sendbuff,
+        splits: inSplitsOffsets,
+        recv: recvbuff,
+        recv_capacity: recvCapacity,
+        out_splits_offsets: outSplitsOffsets,
+        local_experts: localExperts,
+        major_align: 0,
+        dtype: datatype,
+    };
+    all_to_all_v_2d("symmAllToAllvDevice2dOffset", comm, stream, coll::alltoallv_2d::A2AV2dForm::Combine, &req)
+}
+
+fn all_to_all_v_2d(
+    api: &'static str,
+    comm: symmComm_t,
+    stream: *mut CUstream_st,
+    form: coll::alltoallv_2d::A2AV2dForm,
+    req: &coll::alltoallv_2d::A2AV2dRequest,
+) -> symmResult_t {
+    boundary(api, comm, || {
+        let c = comm_arg(comm)?;
+        let _cur = c.device.make_current()?;
+        coll::alltoallv_2d::all_to_all_v_2d(&c, stream.cast(), form, req)
+    })
+}
+
 /// Send count elements to `peer`, matched in order with its symmRecv.
 /// Inside symmGroupStart/End, launched with the group's other sends and
 /// receives at symmGroupEnd.

@@ -404,6 +404,110 @@ def all_to_all_vdev(c: Ctx):
 
 
 @check
+def all_to_all_vdev_2d(c: Ctx):
+    """all_to_all_vdev_2d (the mixture-of-experts dispatch: expert-major,
+    major_align) and all_to_all_vdev_2d_offset (the combine) as
+    torch.ops.symm_mem's: rows of a 2-D bf16 tensor and a 1-D int32 one, 1-3
+    local experts, zero splits included, against a reference built from
+    every rank's splits; the combine, given the dispatch's output and
+    out_splits_offsets, returns every row to where it came from; and both
+    captured in one CUDA graph, replayed with new splits."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    ROWS, CAP = 96, 128
+
+    def splits_of(rank, ne, salt):
+        g = torch.Generator().manual_seed(7919 * salt + 31 * ne + rank)
+        s = torch.randint(0, 4, (W * ne,), generator=g)  # at most 3 x 8 x 3 = 72 rows <= ROWS
+        s[(rank + salt) % (W * ne)] = 0
+        return s
+
+    def expected(ne, align, salt):
+        """This rank's dispatch: [(rank p, expert e, start in p's input, rows, offset here)], rows in all."""
+        blocks, at, start = [], 0, 0
+        for e in range(ne):
+            if e and align >= 1:  # PyTorch's groups: padded, and at least `align` rows
+                at = max((at + align - 1) // align * align, start + align)
+            start = at
+            for p in range(W):
+                theirs = splits_of(p, ne, salt)
+                n = int(theirs[R * ne + e])
+                blocks.append((p, e, int(theirs[:R * ne + e].sum()), n, at))
+                at += n
+        return blocks, at
+
+    def check_round(inp, out, back, oso, oso2, src_of, ne, align, salt, what):
+        blocks, total = expected(ne, align, salt)
+        written = torch.zeros(out.shape[0], dtype=torch.bool)
+        for k, (p, e, start, n, at) in enumerate(blocks):
+            c.expect(int(oso[0, k]) == n and int(oso[1, k]) == at,
+                     f"{what}: out_splits_offsets[:, {k}] = {oso[:, k].tolist()}, want [{n}, {at}]")
+            c.expect(torch.equal(out[at:at + n].cpu(), src_of(p)[start:start + n].cpu()),
+                     f"{what}: rows from rank {p} for expert {e}")
+            written[at:at + n] = True
+        c.expect(bool((out.cpu()[~written] == -1).all()), f"{what}: padding or rows past {total} were written")
+        mine = splits_of(R, ne, salt)
+        sent = int(mine.sum())
+        c.expect(torch.equal(back[:sent].cpu(), inp[:sent].cpu()), f"{what}: the combine's rows differ from the input")
+        c.expect(bool((back[sent:] == -1).all()), f"{what}: the combine wrote past {sent} rows")
+        offs = torch.cumsum(mine, 0) - mine
+        c.expect(torch.equal(oso2.cpu(), torch.stack([mine, offs])),
+                 f"{what}: the combine's out_splits_offsets {oso2.tolist()}, want {[mine.tolist(), offs.tolist()]}")
+
+    for dtype, row in ((torch.bfloat16, 16), (torch.int32, 1)):
+        for ne, align in ((1, None), (2, 8), (3, 1), (3, 4)):
+            salt = ne + 10 * (align or 0)
+            shape = (ROWS,) if row == 1 else (ROWS, row)
+            cap = (CAP,) if row == 1 else (CAP, row)
+            base = torch.arange(ROWS * row, device=dev).reshape(shape)
+
+            def src_of(p, base=base, dtype=dtype):
+                return (base + 1000 * p).to(dtype)
+
+            inp = symm_mem.empty(*shape, dtype=dtype, device=dev)
+            inp.copy_(src_of(R))
+            out = symm_mem.empty(*cap, dtype=dtype, device=dev)  # the combine reads it
+            out.fill_(-1)
+            back = torch.full(shape, -1, dtype=dtype, device=dev)
+            in_splits = splits_of(R, ne, salt).to(dev)
+            oso = torch.full((2, W * ne), -5, dtype=torch.int64, device=dev)
+            oso2 = torch.full((2, W * ne), -5, dtype=torch.int64, device=dev)
+            symm_mem.all_to_all_vdev_2d(inp, out, in_splits, oso, comm, major_align=align)
+            symm_mem.all_to_all_vdev_2d_offset(out, back, oso, oso2, comm)
+            torch.cuda.synchronize()
+            check_round(inp, out, back, oso.cpu(), oso2, src_of, ne, align or 1, salt,
+                        f"{dtype}, {ne} expert(s), major_align {align}")
+            del inp, out
+            symm_mem.collect()
+    # Graph: dispatch + combine captured once, replayed with new splits.
+    ne, align = 2, 8
+    inp = symm_mem.empty(ROWS, dtype=torch.int32, device=dev)
+    inp.copy_(torch.arange(ROWS, device=dev, dtype=torch.int32) + 1000 * R)
+    out = symm_mem.empty(CAP, dtype=torch.int32, device=dev)
+    back = torch.empty(ROWS, dtype=torch.int32, device=dev)
+    in_splits = splits_of(R, ne, 40).to(dev)
+    oso = torch.empty(2, W * ne, dtype=torch.int64, device=dev)
+    oso2 = torch.empty(2, W * ne, dtype=torch.int64, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        comm.all_to_all_vdev_2d(inp, out, in_splits, oso, major_align=align)
+        comm.all_to_all_vdev_2d_offset(out, back, oso, oso2)
+    for salt in (41, 42):
+        in_splits.copy_(splits_of(R, ne, salt))
+        out.fill_(-1)
+        back.fill_(-1)
+        torch.cuda.synchronize()
+        g.replay()
+        torch.cuda.synchronize()
+        check_round(inp, out, back, oso.cpu(), oso2, lambda p: torch.arange(ROWS, dtype=torch.int32) + 1000 * p,
+                    ne, align, salt, f"graph replay with salt {salt}")
+    torch.cuda.synchronize()
+    del inp, out
+    symm_mem.collect()
+
+
+@check
 def graph_capture(c: Ctx):
     """all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured
     in one CUDA graph, replayed 10 times with new inputs."""
