@@ -58,6 +58,30 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
   SYMM_COLL_EPILOGUE(a, s)
 }
 
+// Push (SYMM_ALGO=push, send and recv symmetric/registered on every rank;
+// NCCL's symmetric "AllGather_ST" does the same): each rank stores its own
+// block into every rank's output (a.scratch[r]: rank r's recvbuff as seen
+// here), so the bytes cross NVLink as posted writes instead of loads that
+// wait a round trip. The entry sync makes sure every peer has entered
+// this call (its stream is done with its recvbuff); the exit sync
+// (SYMM_COLL_END_SYNC) that every peer's stores into this rank's output
+// have landed. Block b stores the same share of the block on every rank.
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_push(SymmCollArgs a) {
+  SYMM_COLL_PROLOGUE(a, s)
+  if (!block_sync(a, s)) return;
+  const uint64_t n = a.count * a.elem_size;
+  const bool classic = a.mode & SYMM_COLL_CLASSIC;
+  uint64_t lo, hi;
+  split_range(n, 16, gridDim.x, blockIdx.x, &lo, &hi);
+  s.tl.mark(SYMM_PHASE_GATHER);
+  for (uint32_t k = 0; k < a.nranks && lo < hi; ++k) {
+    const uint32_t r = (a.rank + 1 + k) % a.nranks;  // the peers in turn, the own copy last
+    char* to = a.scratch[r] + a.rank * n + lo;
+    if (to != a.send + lo) copy_any(classic, to, a.send + lo, hi - lo);  // in place: already there
+  }
+  SYMM_COLL_EPILOGUE(a, s)
+}
+
 // LL for small blocks: every rank sends its input to every peer as LL
 // packets; each rank copies its own block locally and unpacks the others.
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_ll(SymmCollArgs a) {

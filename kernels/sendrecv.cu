@@ -108,7 +108,8 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // Blocks with no chunk (more groups than chunks) leave at once; the last of
 // the others to finish advances the channel's counters for the next call.
 //
-// Direct push. From SYMM_P2P_DIRECT_MIN bytes the receiver tells the
+// Direct push. From SYMM_P2P_DIRECT_MIN bytes (or the launch's p2p:direct=
+// KIB, mode bits 16-20) the receiver tells the
 // sender, at the start of every call, where its buffer is: the offset in
 // its symmetric heap slot when the buffer lies in the symmetric heap
 // (symmMemAlloc, or a registration of such memory), else "none", and how
@@ -142,6 +143,12 @@ __device__ __forceinline__ void red_add_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Bytes from which a message offers the direct push (mode bits 16-20).
+__device__ __forceinline__ uint64_t p2p_direct_min(uint32_t mode) {
+  const uint32_t log2 = (mode >> SYMM_P2P_DIRECT_SHIFT) & 31u;
+  return log2 ? 1024ull << log2 : SYMM_P2P_DIRECT_MIN;
+}
+
 // Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
 __device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p, uint32_t target, uint32_t peer,
                                          uint32_t detail) {
@@ -164,7 +171,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
   uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
   const uint32_t nchunks = (uint32_t)((op.bytes + SYMM_P2P_CHUNK - 1) / SYMM_P2P_CHUNK);
-  const bool offered = op.bytes >= SYMM_P2P_DIRECT_MIN;
+  const bool offered = op.bytes >= p2p_direct_min(a.mode);
   // Blocks whose groups have no chunk leave at once (they take no part in
   // the call, so they need not know whether it goes direct).
   if (jb * per_block >= nchunks) return;

@@ -266,6 +266,19 @@ def test_eager_loops_c_and_pytorch():
     assert "| 32.0 / 272.3 / 968.2 |" in out
 
 
+def test_moe_dispatch_combine_table():
+    """moe_a2a_bench.py's JSON (made-up numbers; one wrong round trip) in
+    perf-tables and in the script's own table mode."""
+    md = pt.render([str(DATA / "moe_a2a.json")])
+    t = section(md, "#### MoE dispatch / combine, 4 ranks")
+    assert "| 1024 | 0 | dispatch | 400.0 (380.0-440.0) | 200.0 (190.0-220.0) |" in t
+    assert "| 2.00 | 2.11 | 1.90 | 2.00 | ok |" in t, "NCCL eager over each symmcomm column"
+    assert "| 1024 | 1.2 | both |" in t and t.count("WRONG") == 3, "a wrong round trip marks its rows"
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "moe_a2a_bench.py"), "table",
+                          str(DATA / "moe_a2a.json")], capture_output=True, text=True, check=True).stdout
+    assert "| 1024 | 0 | combine | 300.0 (285.0-330.0) |" in out
+
+
 HOST = DATA / "host"
 
 
@@ -558,7 +571,7 @@ def test_device_measure_dry_run(tmp_path, args):
                          "eager_torch_n1_symm-symm", *host, "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
                          "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
                          "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "tp_mlp_n1_nccl",
-                         "tp_mlp_n1_preloaded"]
+                         "tp_mlp_n1_preloaded", "moe_n1"]
         log = (tmp_path / "symmcomm-measure-logs" / "measure" / "sweep_n2_staged_eager.log").read_text()
         assert "--nccl-lib" in log and "SYMM_NCCL_MODE=symm" in log
         # The host tier's reference served by the stand-in (no real NCCL in smoke runs), short loops.

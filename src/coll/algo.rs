@@ -5,7 +5,7 @@
 //! back. What `auto` means per rank count lives with the collectives
 //! (mod.rs).
 
-use crate::cuda::abi::P2P_GROUP_SHIFT;
+use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT};
 
 /// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,9 @@ pub struct Algo {
     /// `push`: two-shot all-reduce with symmetric/registered send and recv
     /// reduces its slice from the peers' inputs and stores it into every
     /// rank's output, with a sync at entry and exit only
-    /// (kernels/allreduce_push.cu).
+    /// (kernels/allreduce_push.cu); all-gather with both buffers
+    /// symmetric/registered stores each rank's block into every rank's
+    /// output (kernels/allgather.cu).
     pub push: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with
@@ -49,7 +51,7 @@ pub struct Algo {
 
 impl Algo {
     pub const AUTO: Algo =
-        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0 }, classic: false };
+        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0 }, classic: false };
 
     /// Parse tokens joined by `+` or `,`; case does not matter.
     pub fn parse(s: &str) -> std::result::Result<Algo, String> {
@@ -167,6 +169,9 @@ pub struct P2PShape {
     pub kib_log2: u8,
     /// log2 of the threads per warp group (6-9); 0: the default (128).
     pub group_log2: u8,
+    /// log2 of the KiB from which a message whose receive buffer is in the
+    /// symmetric heap goes as a direct push (4-16); 0: the default (1 MiB).
+    pub direct_log2: u8,
 }
 
 impl P2PShape {
@@ -179,7 +184,7 @@ impl P2PShape {
     /// faster there from 16 MiB). At 64 KiB it is faster too (12.5 against
     /// 14.3 us); at 256 KiB within 3 %; staged at 2 ranks, 1 MiB is the one
     /// size it loses (22.3 against 18.9 us).
-    pub const AUTO: P2PShape = P2PShape { max_blocks: 64, kib_log2: 7, group_log2: 0 };
+    pub const AUTO: P2PShape = P2PShape { max_blocks: 64, kib_log2: 7, group_log2: 0, direct_log2: 0 };
     const DEFAULT_BLOCKS: u32 = 16;
     const MAX_BLOCKS: u32 = 64;
     const DEFAULT_KIB_LOG2: u32 = 9;
@@ -195,7 +200,14 @@ impl P2PShape {
         1024 << log2
     }
 
-    /// `p2p:blocks=N:kib=K` (the part after `p2p`, e.g. ":blocks=64").
+    /// Bytes from which a receive into the symmetric heap is offered to its
+    /// sender for a direct push (both ends compute it from their own shape).
+    pub(crate) fn direct_min(self) -> u64 {
+        if self.direct_log2 == 0 { P2P_DIRECT_MIN } else { 1024 << self.direct_log2 }
+    }
+
+    /// `p2p:blocks=N:kib=K:warps=W:direct=D` (the part after `p2p`, e.g.
+    /// ":blocks=64").
     pub fn parse(params: &str) -> std::result::Result<P2PShape, String> {
         let mut shape = P2PShape::default();
         for part in params.split(':').filter(|p| !p.is_empty()) {
@@ -208,28 +220,41 @@ impl P2PShape {
                     shape.kib_log2 = v.trailing_zeros() as u8
                 }
                 "kib" => return Err(format!("kib={v}: a power of two from 16 to 65536")),
+                "direct" if v.is_power_of_two() && Self::KIB_LOG2.contains(&v.trailing_zeros()) => {
+                    shape.direct_log2 = v.trailing_zeros() as u8
+                }
+                "direct" => return Err(format!("direct={v}: a power of two from 16 to 65536 (KiB)")),
                 "warps" if Self::WARPS.contains(&v) => shape.group_log2 = (32 * v).trailing_zeros() as u8,
                 "warps" => return Err(format!("warps={v}: 2, 4, 8 or 16")),
-                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps)")),
+                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps, direct)")),
             }
         }
         Ok(shape)
     }
 
     /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
-    /// group's.
+    /// group's, five of the direct size's.
     pub fn to_bits(self) -> u32 {
-        self.max_blocks as u32 | (self.kib_log2 as u32) << 7 | (self.group_log2 as u32) << 12
+        self.max_blocks as u32
+            | (self.kib_log2 as u32) << 7
+            | (self.group_log2 as u32) << 12
+            | (self.direct_log2 as u32) << 16
     }
 
     pub fn from_bits(b: u32) -> P2PShape {
-        P2PShape { max_blocks: (b & 0x7f) as u8, kib_log2: ((b >> 7) & 0x1f) as u8, group_log2: ((b >> 12) & 0xf) as u8 }
+        P2PShape {
+            max_blocks: (b & 0x7f) as u8,
+            kib_log2: ((b >> 7) & 0x1f) as u8,
+            group_log2: ((b >> 12) & 0xf) as u8,
+            direct_log2: ((b >> 16) & 0x1f) as u8,
+        }
     }
 
-    /// The launch's mode bits that carry the group size (kernels/abi.cuh
-    /// SYMM_P2P_GROUP_SHIFT).
+    /// The launch's mode bits that carry the group size and the direct
+    /// push's size (kernels/abi.cuh SYMM_P2P_GROUP_SHIFT,
+    /// SYMM_P2P_DIRECT_SHIFT).
     pub(crate) fn mode_bits(self) -> u32 {
-        (self.group_log2 as u32) << P2P_GROUP_SHIFT
+        (self.group_log2 as u32) << P2P_GROUP_SHIFT | (self.direct_log2 as u32) << P2P_DIRECT_SHIFT
     }
 }
 
@@ -244,6 +269,9 @@ impl std::fmt::Display for P2PShape {
         }
         if self.group_log2 != 0 {
             write!(f, ":warps={}", (1u32 << self.group_log2) / 32)?;
+        }
+        if self.direct_log2 != 0 {
+            write!(f, ":direct={}", 1u32 << self.direct_log2)?;
         }
         Ok(())
     }
@@ -286,11 +314,18 @@ mod tests {
         let groups = P2PShape::parse(":warps=16").unwrap();
         assert_eq!((groups.group_log2, groups.mode_bits()), (9, 9 << 12), "512 threads: one group a block");
         assert_eq!(P2PShape::parse(":warps=2").unwrap().group_log2, 6);
-        for bad in [":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks"] {
+        for bad in [
+            ":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks",
+            ":direct=8", ":direct=100", ":direct=131072",
+        ] {
             assert!(P2PShape::parse(bad).is_err(), "{bad}");
         }
         let wide = P2PShape::parse(":blocks=64:kib=128").unwrap();
-        for shape in [wide, groups, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6 }] {
+        let direct = P2PShape::parse(":blocks=64:kib=128:direct=64").unwrap();
+        assert_eq!((direct.direct_min(), P2PShape::default().direct_min()), (64 << 10, 1 << 20));
+        assert_eq!(direct.mode_bits(), 6 << 16, "the kernel reads log2 of the KiB");
+        let widest = P2PShape { max_blocks: 64, kib_log2: 16, group_log2: 9, direct_log2: 16 };
+        for shape in [wide, groups, direct, widest, P2PShape::default(), P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6, direct_log2: 4 }] {
             assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
             assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
         }

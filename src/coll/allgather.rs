@@ -1,8 +1,11 @@
 //! symmAllGather (LL packets for small blocks), optionally with a progress
-//! flag per landed chunk.
+//! flag per landed chunk. Above the LL limit every rank pulls the peers'
+//! blocks (from their symmetric/registered input, or staged through
+//! scratch), or with SYMM_ALGO=push, where send and recv are both
+//! symmetric/registered, stores its own block into every rank's output.
 
 use super::Call;
-use crate::cuda::abi::{CollArgs, MODE_PROGRESS};
+use crate::cuda::abi::{CollArgs, MODE_END_SYNC, MODE_PROGRESS, MODE_PUSH};
 use crate::error::{bail, Result};
 
 /// In place means sendbuff = recvbuff + rank * count: each rank's input
@@ -54,6 +57,14 @@ pub fn all_gather(call: &Call) -> Result<()> {
     let bytes = call.count * call.elem_size();
     if call.use_ll(bytes) {
         return call.launch_ll(c"symm_allgather_ll", bytes);
+    }
+    if call.algo.push {
+        // Not yet measured against the pull (docs/PERFORMANCE.md): opt-in.
+        let mut p = call.args();
+        if call.direct(&mut p) && call.direct_output(&mut p) {
+            p.mode |= MODE_PUSH | MODE_END_SYNC;
+            return call.launch(c"symm_allgather_push", call.grid(bytes), &mut p);
+        }
     }
     let mut a = call.args();
     setup(call, &mut a, 0)?;

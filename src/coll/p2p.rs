@@ -18,7 +18,7 @@ use cudarc::driver::sys::CUstream;
 use super::algo::{Algo, P2PShape};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_MIN, P2P_DIRECT_OFFSET_LIMIT,
+    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_OFFSET_LIMIT,
     P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
 };
 use crate::cuda::launch::{self, LaunchConfig};
@@ -80,9 +80,10 @@ pub(crate) fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
 
 /// Blocks the sized kernel gives one operation when the launch has room:
 /// one per `shape`'s bytes (512 KiB), at most its cap (16). A receive the
-/// sender will push into directly only waits for the data: one block.
+/// sender will push into directly (from `shape`'s direct size, 1 MiB) only
+/// waits for the data: one block.
 pub(crate) fn sized_blocks(op: &P2POp, shape: P2PShape) -> u32 {
-    if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= P2P_DIRECT_MIN {
+    if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= shape.direct_min() {
         return 1;
     }
     op.bytes.div_ceil(shape.bytes_per_block()).clamp(1, shape.blocks_cap() as u64) as u32
@@ -210,6 +211,11 @@ mod tests {
         let fine = P2PShape::parse(":blocks=64:kib=128").unwrap();
         assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
         assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
+        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), fine), 2, "below 1 MiB the ring");
+        let early = P2PShape::parse(":blocks=64:kib=128:direct=64").unwrap();
+        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), early), 1, "direct from 64 KiB");
+        assert_eq!(sized_blocks(&op(32 << 10, false, 4096), early), 1, "one block either way");
+        assert_eq!(sized_blocks(&op(256 << 10, false, P2P_NO_DIRECT), early), 2, "not in the heap: the ring");
     }
 
     #[test]
