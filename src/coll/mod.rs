@@ -120,31 +120,30 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
 pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
 /// Largest message (per rank's contribution) sent as LL packets by default
-/// at the rank counts of [`LL_FULL_RANKS`]. On 2 x H200 (docs/PERFORMANCE.md)
+/// with two ranks, and for all-reduce at [`LL_ALLREDUCE_FULL_RANKS`] ranks. On 2 x H200 (docs/PERFORMANCE.md)
 /// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
 /// graph-replayed); on 4 x H200, eager back to back, 10.1 against 16.9 us
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
-/// The rank counts at which the LL limit is [`LL_AUTO_BYTES`] for all-reduce,
-/// reduce-scatter and all-gather. Elsewhere (3 ranks, 5 and more: not
-/// measured with the larger limit) each rank sends n - 1 copies, so the
-/// limit shrinks by n - 1, as before.
+/// The rank count (besides two) at which an all-reduce's LL limit is
+/// [`LL_AUTO_BYTES`], because it was measured there. Elsewhere (3 ranks,
+/// 5 and more, and the other collectives from three ranks; not measured
+/// with the larger limit) each rank sends n - 1 copies, so the limit
+/// shrinks by n - 1, as before.
 ///
-/// Four ranks for reduce-scatter and all-gather since 2026-11-27, from a
-/// prediction, not yet a measurement: on 4 x H100 their synced one-shot
-/// took 19-21 us at 1 MiB (256 KiB a rank, just above the old limit of
-/// 512 KiB / 3) against NCCL's 10.1-13.3 (0.46-0.54x), while the LL
-/// all-reduce, which sends each peer the same 256 KiB a rank sends there,
-/// took 10.2 us. Predicted: 10-11 us at 1 MiB (about 1.0x NCCL's faster
-/// column), 14-15 us at 2 MiB against about 21 synced. `SYMM_ALGO=oneshot`
-/// keeps the synced kernel for the A/B sweep (docs/PERFORMANCE.md).
-const LL_FULL_RANKS: [usize; 2] = [2, 4];
+/// Reduce-scatter and all-gather at 4 ranks are the next candidates: on
+/// 4 x H100 (2026-11-27) their synced one-shot took 19-21 us at 1 MiB
+/// (256 KiB a rank, just above 512 KiB / 3) against NCCL's 10.1-13.3,
+/// while the LL all-reduce, which sends each peer the same 256 KiB a rank,
+/// took 10.2 us. Predicted with LL (`SYMM_ALGO=ll`, the sweep's `ll`
+/// column): 10-11 us at 1 MiB, 14-15 at 2 MiB; the default follows when a
+/// sweep has measured it.
+const LL_ALLREDUCE_FULL_RANKS: usize = 4;
 
 /// The LL limit of `auto` (per rank's contribution, bytes).
 fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    let full = matches!(coll, CollId::AllReduce | CollId::ReduceScatter | CollId::AllGather);
-    if nranks <= 2 || (full && LL_FULL_RANKS.contains(&nranks)) {
+    if nranks <= 2 || (coll == CollId::AllReduce && nranks == LL_ALLREDUCE_FULL_RANKS) {
         LL_AUTO_BYTES
     } else {
         LL_AUTO_BYTES / (nranks as u64 - 1)
@@ -719,9 +718,8 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);
-        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), 512 << 10, "predicted from the all-reduce");
-        assert_eq!(ll_auto_limit(CollId::AllGather, 4), 512 << 10, "predicted from the all-reduce");
-        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 3), 256 << 10, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), (512 << 10) / 3, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 4), (512 << 10) / 3, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
     }

@@ -508,6 +508,60 @@ def all_to_all_vdev_2d(c: Ctx):
 
 
 @check
+def moe_round_trip(c: Ctx):
+    """A mixture-of-experts layer end to end, as an expert-parallel model
+    runs it: a router picks the top-2 of world x 2 experts per token (with
+    softmax weights), all_to_all_vdev_2d sends each token's copies to its
+    experts' ranks (major_align 4), each rank multiplies every group of rows
+    by its expert's weight matrix (torch.matmul, fp32), all_to_all_vdev_2d_offset
+    brings the results back, and the router's weights combine them; against
+    the same layer computed on this rank alone (no communication)."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    T, H, NE, K, ALIGN = 24, 32, 2, 2, 4
+    E = W * NE
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator().manual_seed(4242)  # the same weights on every rank
+    experts = torch.randn(E, H, H, generator=gen, dtype=torch.float64).to(torch.float32).to(dev) / H ** 0.5
+    router = torch.randn(H, E, generator=gen, dtype=torch.float64).to(torch.float32).to(dev)
+    x = torch.randn(T, H, generator=torch.Generator().manual_seed(77 + R), dtype=torch.float64).to(torch.float32).to(dev)
+    probs = torch.softmax(x @ router, dim=1)
+    weight, chosen = probs.topk(K, dim=1)  # [T, K]
+    flat = chosen.flatten()
+    order = torch.argsort(flat, stable=True)  # copies sorted by expert: rank-major, expert-minor
+    token = torch.arange(T, device=dev).repeat_interleave(K)[order]
+    in_splits = torch.bincount(flat, minlength=E).to(torch.int64)
+    rows_cap = W * T * K + E * ALIGN
+    send = symm_mem.empty(T * K, H, dtype=torch.float32, device=dev)
+    send.copy_(x[token])
+    got = symm_mem.empty(rows_cap, H, dtype=torch.float32, device=dev)
+    done = symm_mem.empty(rows_cap, H, dtype=torch.float32, device=dev)  # the combine reads it
+    back = torch.empty(T * K, H, dtype=torch.float32, device=dev)
+    oso = torch.empty(2, E, dtype=torch.int64, device=dev)
+    oso2 = torch.empty(2, E, dtype=torch.int64, device=dev)
+    symm_mem.all_to_all_vdev_2d(send, got, in_splits, oso, comm, major_align=ALIGN)
+    splits, offsets = oso.tolist()
+    for e in range(NE):  # this rank's experts: one matmul per group of rows
+        lo = offsets[e * W]
+        hi = offsets[e * W + W - 1] + splits[e * W + W - 1]
+        c.expect(lo % ALIGN == 0, f"expert {e}'s rows start at {lo}, not a multiple of {ALIGN}")
+        done[lo:hi] = got[lo:hi] @ experts[R * NE + e]
+    symm_mem.all_to_all_vdev_2d_offset(done, back, oso, oso2, comm)
+    y = torch.zeros(T, H, dtype=torch.float32, device=dev)
+    y.index_add_(0, token, back * weight.flatten()[order].unsqueeze(1))
+    ref = torch.zeros(T, H, dtype=torch.float64, device=dev)
+    for k in range(K):
+        ref += weight[:, k:k + 1].double() * torch.bmm(x.double().unsqueeze(1), experts[chosen[:, k]].double()).squeeze(1)
+    err = float(((y.double() - ref).abs().max() / ref.abs().max()).item())
+    if R == 0:
+        print(f"    moe_round_trip: {W} ranks x {NE} experts, top-{K}, largest error relative to the output's "
+              f"largest value {err:.2e}", flush=True)
+    c.expect(err < 1e-5, f"MoE output differs from the one-rank reference by {err:.2e} (relative)")
+    torch.cuda.synchronize()
+    del send, got, done
+    symm_mem.collect()
+
+
+@check
 def graph_capture(c: Ctx):
     """all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured
     in one CUDA graph, replayed 10 times with new inputs."""
