@@ -570,7 +570,7 @@ def test_device_measure_dry_run(tmp_path, args):
         assert names == ["build", "eager_c_n2", "eager_torch_n1_nccl", "eager_torch_n1_symm-auto",
                          "eager_torch_n1_symm-symm", *host, "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
                          "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
-                         "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "tp_mlp_n1_nccl",
+                         "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "norm_n2_h4096", "norm_n2_h8192", "tp_mlp_n1_nccl",
                          "tp_mlp_n1_preloaded", "moe_n1"]
         log = (tmp_path / "symmcomm-measure-logs" / "measure" / "sweep_n2_staged_eager.log").read_text()
         assert "--nccl-lib" in log and "SYMM_NCCL_MODE=symm" in log
@@ -608,7 +608,7 @@ def test_device_measure_dry_run(tmp_path, args):
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        assert has_window == name.startswith(("sweep_", "device_", "eager_c_")), command
+        assert has_window == name.startswith(("sweep_", "device_", "norm_", "eager_c_")), command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
 
