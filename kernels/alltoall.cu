@@ -1,6 +1,6 @@
 // All-to-all with equal blocks: block r of rank q's output is block q of
 // rank r's input (a.count elements per block).
-#include "coll.cuh"
+#include "ll.cuh"
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs a) {
   SYMM_COLL_PROLOGUE(a, s)
@@ -28,4 +28,32 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
     }
   }
   SYMM_COLL_EPILOGUE(a, s)
+}
+
+// LL for small blocks (SYMM_ALGO=ll, out of place without overlap): every
+// rank sends block r of its input to rank r as LL packets, copies its own
+// block locally, and unpacks what each peer sent into block p of its
+// output: no cross-rank sync, the reduce-scatter LL kernel without the
+// reduction. (In place a thread could overwrite an input block another
+// thread has not yet sent; the host keeps that case on the synced kernel.)
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall_ll(SymmCollArgs a) {
+  const LLState s = ll_begin(a);
+  const uint64_t n = a.count * a.elem_size, units = (n + 7) / 8, stride = symm_grid_stride();
+  for (uint64_t u = symm_thread_index(); u < units; u += stride) {
+    for (uint32_t k = 1; k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;
+      ll_put(ll_slot(a, r, s.parity, a.rank) + u, ll_load_unit(a.send + r * n, u, n), s.flag);
+    }
+    ll_store_unit(a.recv + a.rank * n, u, n, ll_load_unit(a.send + a.rank * n, u, n));
+  }
+  bool ok = true;
+  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
+    for (uint32_t k = 1; ok && k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;
+      uint2 v;
+      ok = ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &v);
+      if (ok) ll_store_unit(a.recv + r * n, u, n, v);
+    }
+  }
+  ll_end(a, s, ok);
 }
