@@ -46,14 +46,5 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall_ll(SymmCollA
     }
     ll_store_unit(a.recv + a.rank * n, u, n, ll_load_unit(a.send + a.rank * n, u, n));
   }
-  bool ok = true;
-  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
-    for (uint32_t k = 1; ok && k < a.nranks; ++k) {
-      const uint32_t r = (a.rank + k) % a.nranks;
-      uint2 v;
-      ok = ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &v);
-      if (ok) ll_store_unit(a.recv + r * n, u, n, v);
-    }
-  }
-  ll_end(a, s, ok);
+  ll_end(a, s, ll_unpack_peers(a, s, a.recv, n));
 }

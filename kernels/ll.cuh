@@ -99,6 +99,23 @@ __device__ __forceinline__ void ll_store_unit(char* base, uint64_t u, uint64_t n
     if (off + k < n) base[off + k] = (char)x.b[k];
 }
 
+// Unpack what every peer sent this call into block r of `recv` (n bytes a
+// block, r the sender): the receiving half of the all-gather and
+// all-to-all LL kernels. False in a thread that gave up.
+__device__ __forceinline__ bool ll_unpack_peers(const SymmCollArgs& a, const LLState& s, char* recv, uint64_t n) {
+  const uint64_t units = (n + 7) / 8, stride = symm_grid_stride();
+  bool ok = true;
+  for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
+    for (uint32_t k = 1; ok && k < a.nranks; ++k) {
+      const uint32_t r = (a.rank + k) % a.nranks;
+      uint2 v;
+      ok = ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &v);
+      if (ok) ll_store_unit(recv + r * n, u, n, v);
+    }
+  }
+  return ok;
+}
+
 // 8 bytes seen as elements of T.
 template <typename T> union LLUnit {
   uint2 u;
