@@ -860,8 +860,9 @@ symmResult_t symmAllToAllv(const void *sendbuff, const size_t *sendcounts, const
  * from each rank, then each block's offset in recvbuff. sendbuff must be in
  * a symmetric or registered buffer (the receivers read it); recvbuff holds
  * `recvCapacity` elements. Nothing crosses the host: CUDA graphs replay
- * with new counts. Counts that do not fit move nothing and leave an
- * asynchronous error (symmInvalidUsage) naming the rank and the size.
+ * with new counts. Counts that do not fit move nothing, leave
+ * outSplitsOffsets as it was, and leave an asynchronous error
+ * (symmInvalidUsage) naming the rank and the size.
  */
 symmResult_t symmAllToAllvDevice(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 

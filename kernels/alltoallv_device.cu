@@ -61,7 +61,8 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoallv_device(Symm
       bad = 2;
       bad_detail = total;
     }
-    if (blockIdx.x == 0)
+    // Written only when the call moves its data (as the 2-D forms).
+    if (blockIdx.x == 0 && !bad)
       for (uint32_t p = 0; p < n; ++p) {
         v.out_splits_offsets[p] = (int64_t)cnt[p];
         v.out_splits_offsets[n + p] = (int64_t)out_off[p];

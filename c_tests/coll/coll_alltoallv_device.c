@@ -250,6 +250,11 @@ static void overflow_case(struct tw *w) {
       for (size_t g = 0; g < b.recv_bytes; g++) touched += host[g] != POISON;
       TW_CHECK(r, touched == 0, "overflow: %zu byte(s) of rank 0's recvbuff were written", touched);
       free(host);
+      /* outSplitsOffsets too keeps what it held (the fill's -7s). */
+      int64_t oso[2 * TW_MAX_RANKS];
+      CU_REQUIRE(tu_cu.cuMemcpyDtoH(oso, b.out[i], 2 * (size_t)n * 8));
+      for (int q = 0; q < 2 * n; q++)
+        TW_CHECK(r, oso[q] == -7, "overflow: outSplitsOffsets[%d] was written (%lld)", q, (long long)oso[q]);
     } else {
       TW_CHECK(r, async == symmSuccess, "overflow: rank %d (not short) has an asynchronous error %s: %s", r->rank,
                tu_result_name(async), m ? m : "(NULL)");

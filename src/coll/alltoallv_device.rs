@@ -11,8 +11,9 @@
 //! The input must lie in a symmetric or registered buffer (the receivers
 //! read it), as PyTorch requires of `all_to_all_vdev`'s input; the output
 //! may be any device memory of `recvCapacity` elements. Counts that do not
-//! fit move nothing and record an asynchronous error (`symmInvalidUsage`,
-//! the message naming the rank and the size).
+//! fit move nothing, leave `outSplitsOffsets` as it was, and record an
+//! asynchronous error (`symmInvalidUsage`, the message naming the rank and
+//! the size).
 
 use std::ffi::{c_void, CStr};
 

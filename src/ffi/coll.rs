@@ -262,8 +262,9 @@ pub extern "C" fn symmAllToAllv(
 /// from each rank, then each block's offset in recvbuff. sendbuff must be in
 /// a symmetric or registered buffer (the receivers read it); recvbuff holds
 /// `recvCapacity` elements. Nothing crosses the host: CUDA graphs replay
-/// with new counts. Counts that do not fit move nothing and leave an
-/// asynchronous error (symmInvalidUsage) naming the rank and the size.
+/// with new counts. Counts that do not fit move nothing, leave
+/// outSplitsOffsets as it was, and leave an asynchronous error
+/// (symmInvalidUsage) naming the rank and the size.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn symmAllToAllvDevice(
