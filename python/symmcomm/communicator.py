@@ -569,21 +569,28 @@ class Communicator:
                           f"with {out_splits_offsets.numel()}")
         dt, factor = movement_type(input.dtype)
         row = max(input[0].numel(), 1) if input.dim() > 1 else 1
-        unit = row * factor  # library elements per row
         handle, raw = self.handle, self._stream(stream)
-        if unit == 1:
-            self._lib.symmAllToAllvDevice(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel(),
-                                          out_splits_offsets.data_ptr(), dt, handle, raw)
-            return out
-        # Counts in rows: scaled to elements and back on the same stream
-        # (two tiny kernels, graph-capturable like the call).
-        with torch.cuda.stream(self._torch_stream(stream)):
-            splits = in_splits * unit
-            result = torch.empty_like(out_splits_offsets)
-            self._lib.symmAllToAllvDevice(input.data_ptr(), splits.data_ptr(), out.data_ptr(), out.numel() * factor,
-                                          result.data_ptr(), dt, handle, raw)
-            torch.floor_divide(result, unit, out=out_splits_offsets)
+        self._in_rows(torch, stream, row * factor, in_splits, out_splits_offsets,
+                      lambda counts, result, unit: self._lib.symmAllToAllvDevice(
+                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, dt, handle, raw))
         return out
+
+    def _in_rows(self, torch, stream, unit: int, counts, out_splits_offsets, call):
+        """The device-count all-to-alls count rows, the library elements:
+        call(counts pointer, result pointer, unit) with both in library
+        elements, ``unit`` a row's. For rows of more than one element the
+        counts are scaled there and back on the call's stream (tiny kernels,
+        graph-capturable like the call); ``out_splits_offsets`` is scaled
+        too rather than left uninitialised, so that a call that moves
+        nothing leaves it as it was (up to int64 overflow of garbage)."""
+        if unit == 1:
+            call(counts.data_ptr(), out_splits_offsets.data_ptr(), 1)
+            return
+        with torch.cuda.stream(self._torch_stream(stream)):
+            scaled = counts * unit
+            result = out_splits_offsets * unit
+            call(scaled.data_ptr(), result.data_ptr(), unit)
+            torch.floor_divide(result, unit, out=out_splits_offsets)
 
     def all_to_all_vdev_2d(self, input, out, in_splits, out_splits_offsets, *, major_align=None, stream=None):
         """PyTorch's ``torch.ops.symm_mem.all_to_all_vdev_2d`` on this
@@ -605,18 +612,11 @@ class Communicator:
         align = _major_align(major_align)
         dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits, "in_splits", 1, out_splits_offsets)
         handle, raw = self.handle, self._stream(stream)
-        if unit == 1:
-            self._lib.symmAllToAllvDevice2d(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel(),
-                                            out_splits_offsets.data_ptr(), ne, align, dt, handle, raw)
-            return out
-        # Counts and alignment in rows: scaled to elements and back on the
-        # same stream (graph-capturable like the call).
-        with torch.cuda.stream(self._torch_stream(stream)):
-            splits = in_splits * unit
-            result = out_splits_offsets * unit
-            self._lib.symmAllToAllvDevice2d(input.data_ptr(), splits.data_ptr(), out.data_ptr(), out.numel() * factor,
-                                            result.data_ptr(), ne, align * unit, dt, handle, raw)
-            torch.floor_divide(result, unit, out=out_splits_offsets)
+        # The alignment is in rows too.
+        self._in_rows(torch, stream, unit, in_splits, out_splits_offsets,
+                      lambda counts, result, u: self._lib.symmAllToAllvDevice2d(
+                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, ne, align * u, dt,
+                          handle, raw))
         return out
 
     def all_to_all_vdev_2d_offset(self, input, out, in_splits_offsets, out_splits_offsets, *, stream=None):
@@ -635,16 +635,9 @@ class Communicator:
         dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits_offsets, "in_splits_offsets", 2,
                                                   out_splits_offsets)
         handle, raw = self.handle, self._stream(stream)
-        if unit == 1:
-            self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), in_splits_offsets.data_ptr(), out.data_ptr(),
-                                                  out.numel(), out_splits_offsets.data_ptr(), ne, dt, handle, raw)
-            return out
-        with torch.cuda.stream(self._torch_stream(stream)):
-            splits_offsets = in_splits_offsets * unit
-            result = out_splits_offsets * unit
-            self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), splits_offsets.data_ptr(), out.data_ptr(),
-                                                  out.numel() * factor, result.data_ptr(), ne, dt, handle, raw)
-            torch.floor_divide(result, unit, out=out_splits_offsets)
+        self._in_rows(torch, stream, unit, in_splits_offsets, out_splits_offsets,
+                      lambda counts, result, u: self._lib.symmAllToAllvDevice2dOffset(
+                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, ne, dt, handle, raw))
         return out
 
     def _vdev_2d_args(self, torch, input, out, splits, name: str, rows: int, out_splits_offsets):
