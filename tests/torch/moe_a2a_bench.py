@@ -119,7 +119,6 @@ def run(args):
     from symmcomm import symmetric_memory as symm_mem
 
     comm = symm_mem.get_communicator()
-    has_2d = hasattr(comm, "all_to_all_vdev_2d")
     ne, topk, H = args.experts_per_rank, args.topk, args.hidden
     if topk > W * ne:
         sys.exit(f"--topk {topk} is more than the {W * ne} experts")
@@ -183,9 +182,8 @@ def run(args):
                 vdev2d_dispatch()
                 vdev2d_combine()
 
-            fns = {"nccl": (nccl_dispatch, nccl_combine, nccl_both), "vdev": (vdev_dispatch, vdev_combine, vdev_both)}
-            if has_2d:
-                fns["vdev2d"] = (vdev2d_dispatch, vdev2d_combine, vdev2d_both)
+            fns = {"nccl": (nccl_dispatch, nccl_combine, nccl_both), "vdev": (vdev_dispatch, vdev_combine, vdev_both),
+                   "vdev2d": (vdev2d_dispatch, vdev2d_combine, vdev2d_both)}
             for path, (d, c, both) in fns.items():
                 back.zero_()
                 both()
@@ -224,7 +222,7 @@ def run(args):
                "world": W, "hidden": H, "topk": topk, "experts_per_rank": ne, "align": args.align,
                "device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
                "nccl": ".".join(map(str, torch.cuda.nccl.version())), "symmcomm": symmcomm.__version__,
-               "vdev2d": has_2d, "command": " ".join(sys.argv), "rows": rows}
+               "command": " ".join(sys.argv), "rows": rows}
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
         print(render([doc]))
