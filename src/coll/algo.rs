@@ -175,16 +175,21 @@ pub struct P2PShape {
 }
 
 impl P2PShape {
-    /// What `auto` runs send/recv with (`p2p:blocks=64:kib=128`), chosen
-    /// from the knob sweep on 4 x H100 (2026-11-27, docs/PERFORMANCE.md):
-    /// grouped send/recv on symmetric buffers from 1 MiB to 1 GiB at
-    /// 0.99-1.22x NCCL's faster column at 2 ranks and 0.99-1.25x at 4, where
-    /// the fixed kernel made 0.57-0.89x and 0.59-0.92x; on staged buffers at
-    /// 2 ranks 0.72-0.85x from 4 MiB against 0.59-0.79x (`blocks=32` is 2-10 %
-    /// faster there from 16 MiB). At 64 KiB it is faster too (12.5 against
-    /// 14.3 us); at 256 KiB within 3 %; staged at 2 ranks, 1 MiB is the one
-    /// size it loses (22.3 against 18.9 us).
-    pub const AUTO: P2PShape = P2PShape { max_blocks: 64, kib_log2: 7, group_log2: 0, direct_log2: 0 };
+    /// What `auto` runs send/recv (and the all-to-alls on the engine) with:
+    /// `p2p:blocks=64:kib=32:direct=64`. The first knob sweep on 4 x H100
+    /// (2026-11-27, third session, docs/PERFORMANCE.md) chose
+    /// `blocks=64:kib=128` (0.99-1.22x NCCL's faster column from 1 MiB at
+    /// 2 ranks, 0.99-1.25x at 4, where the fixed kernel made 0.57-0.92x);
+    /// the direct push from 64 KiB (not 1 MiB) and a block per 32 KiB were
+    /// predicted to close the 64-256 KiB holes, where a message waited on
+    /// the ring's staging round trip with one or two blocks. The fourth
+    /// session's sweep (symmetric buffers, eager): at 256 KiB 0.98x at 2
+    /// ranks and 1.09x at 4 (from 0.61x and 0.69x), at 1 MiB 1.23x and
+    /// 1.28x (from 1.15x and 1.22x), at 64 KiB 0.85x and 0.92x (from 0.76x
+    /// and 0.82x), the same from 4 MiB; graph-replayed 0.76-1.33x (from
+    /// 0.54-1.27x). Staged receive buffers take the ring either way; only
+    /// the block count changed for them (not yet swept).
+    pub const AUTO: P2PShape = P2PShape { max_blocks: 64, kib_log2: 5, group_log2: 0, direct_log2: 6 };
     const DEFAULT_BLOCKS: u32 = 16;
     const MAX_BLOCKS: u32 = 64;
     const DEFAULT_KIB_LOG2: u32 = 9;

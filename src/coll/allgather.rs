@@ -1,8 +1,9 @@
 //! symmAllGather (LL packets for small blocks), optionally with a progress
-//! flag per landed chunk. Above the LL limit every rank pulls the peers'
-//! blocks (from their symmetric/registered input, or staged through
-//! scratch), or with SYMM_ALGO=push, where send and recv are both
-//! symmetric/registered, stores its own block into every rank's output.
+//! flag per landed chunk. Above the LL limit, where the recvbuff is
+//! symmetric/registered, every rank stores its own block into every rank's
+//! output (the push: `auto` at 2 and 4 ranks, `SYMM_ALGO=push` anywhere);
+//! otherwise it pulls the peers' blocks (from their symmetric/registered
+//! input, or staged through scratch).
 
 use super::Call;
 use crate::cuda::abi::{CollArgs, MODE_END_SYNC, MODE_PROGRESS, MODE_PUSH};
@@ -50,6 +51,22 @@ fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
     call.staged_in_steps(a, chunk, if unit > 0 { unit.min(call.count) } else { call.vec_elems() })
 }
 
+/// The push reads only this rank's own input (any buffer) and stores it into
+/// every rank's output, so only the output must be symmetric or registered.
+/// The token names the output alone: in place, each rank's input sits at a
+/// different offset of it (sendbuff = recvbuff + rank * count), which a
+/// token over both buffers would report as ranks disagreeing.
+fn push_output(call: &Call, a: &mut CollArgs) -> bool {
+    let Some(r) = &call.recv_buf else { return false };
+    let roff = call.recv - r.start;
+    for k in 0..call.comm.nranks {
+        a.scratch[k] = r.peers[k] + roff;
+    }
+    let h = super::fnv(&[r.id, roff, 0x4147_5055]);
+    a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+    true
+}
+
 pub fn all_gather(call: &Call) -> Result<()> {
     if call.comm.coll.copy_engine() {
         return super::copy_engine::all_gather(call);
@@ -58,10 +75,9 @@ pub fn all_gather(call: &Call) -> Result<()> {
     if call.use_ll(bytes) {
         return call.launch_ll(c"symm_allgather_ll", bytes);
     }
-    if call.algo.push {
-        // Not yet measured against the pull (docs/PERFORMANCE.md): opt-in.
+    if call.algo.push || super::allgather_push_by_default(call.defaulted, call.comm.nranks) {
         let mut p = call.args();
-        if call.direct(&mut p) && call.direct_output(&mut p) {
+        if push_output(call, &mut p) {
             p.mode |= MODE_PUSH | MODE_END_SYNC;
             return call.launch(c"symm_allgather_push", call.grid(bytes), &mut p);
         }

@@ -1,12 +1,19 @@
 //! symmAllToAll with equal blocks: block r of rank q's output is block q of
 //! rank r's input. In place goes through scratch (a rank would overwrite a
-//! block a peer still reads). With SYMM_ALGO=p2p, out of place, the
-//! point-to-point engine moves the blocks (alltoallv.rs `launch_blocks`);
-//! with SYMM_ALGO=ll, out of place, blocks up to the LL limit go as LL
-//! packets (opt-in until a sweep measures it: predicted 5-7 us at 64-256
-//! KiB on 4 GPUs, where the synced kernel takes 16-17 us and NCCL 7.6-12).
+//! block a peer still reads). Out of place, blocks up to the LL limit go as
+//! LL packets, and larger ones on the point-to-point engine
+//! (alltoallv.rs `launch_blocks`) where the recvbuff is symmetric/registered
+//! (`auto`) or with SYMM_ALGO=p2p; the rest (and any other explicit
+//! SYMM_ALGO) through the synced kernel that pulls the peers' blocks.
+//!
+//! Measured on 4 x H100 (2026-11-27, fourth session, symmetric buffers;
+//! docs/PERFORMANCE.md), before these became `auto`: LL, predicted at
+//! 5-7 us at 64-256 KiB on 4 GPUs, took 5.8-6.7 us (NCCL's best 12.8),
+//! 1.37-2.34x NCCL up to 1 MiB at 2 and 4 ranks, eager and graph-replayed;
+//! the engine 1.00-1.18x from 4 MiB at 2 ranks and 0.92-1.06x at 4, where
+//! the synced kernel made 0.78-0.98x.
 
-use super::{alltoallv, Base, Call};
+use super::{alltoallv, Call};
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
@@ -16,10 +23,16 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     // sends still read; that case keeps the staged kernel.
     let block = call.count * call.elem_size();
     let overlap = call.send < call.recv + n * block && call.recv < call.send + n * block;
-    if call.algo.base == Base::Ll && !overlap && call.use_ll(block) {
+    if !overlap && call.use_ll(block) {
         return call.launch_ll(c"symm_alltoall_ll", block);
     }
-    if call.algo.p2p && !overlap {
+    // `auto` takes the engine only where peers may store straight into the
+    // output (a symmetric/registered recvbuff): the buffers it was measured
+    // on. Like the all-reduce push, ranks must then pass the same class.
+    // Never by default with SYMM_CHECK, as LL: only the synced kernel
+    // compares the call across ranks.
+    let engine_by_default = call.defaulted && call.recv_buf.is_some() && !call.comm.coll.check;
+    if !overlap && (call.algo.p2p || engine_by_default) {
         // Block p of the input to rank p, block p of the output from it.
         let blocks: Vec<(u64, u64)> = (0..n).map(|p| (p * block, block)).collect();
         return alltoallv::launch_blocks(call.comm, call.stream, call.send, &blocks, call.recv, &blocks, call.recv_buf.is_some());

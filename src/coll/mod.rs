@@ -116,34 +116,52 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
     defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && bytes >= PUSH_DEFAULT_MIN_BYTES
 }
 
+/// Whether `auto` runs the all-gather push kernel above the LL limit (the
+/// kernel still needs the recvbuff symmetric or registered: the caller
+/// checks). Measured on 4 x H100 (2026-11-27, fourth session, symmetric
+/// buffers): at 2 ranks 0.85x NCCL's best at 4 MiB and 1.13-1.30x from
+/// 16 MiB, against 0.78x and 1.05-1.16x pulling; at 4 ranks 0.80x, 0.90x
+/// and 0.99-1.00x from 64 MiB, against 0.70x, 0.79x and 0.87-0.88x; the
+/// same within 2 % graph-replayed (docs/PERFORMANCE.md). Every rank stores
+/// its block into every output once instead of staging or pulling n - 1
+/// blocks, with the same two syncs. The same rank counts as the
+/// all-reduce's push, for the same reason.
+pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool {
+    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks)
+}
+
 /// Data bytes one LL slot holds (one rank's contribution to one call).
 pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
 /// Largest message (per rank's contribution) sent as LL packets by default
-/// with two ranks, and for all-reduce at [`LL_ALLREDUCE_FULL_RANKS`] ranks. On 2 x H200 (docs/PERFORMANCE.md)
+/// with two ranks, and at [`LL_FULL_RANKS`] ranks for [`LL_FULL_COLLS`]. On 2 x H200 (docs/PERFORMANCE.md)
 /// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
 /// graph-replayed); on 4 x H200, eager back to back, 10.1 against 16.9 us
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
-/// The rank count (besides two) at which an all-reduce's LL limit is
-/// [`LL_AUTO_BYTES`], because it was measured there. Elsewhere (3 ranks,
-/// 5 and more, and the other collectives from three ranks; not measured
+/// The rank count (besides two) at which the LL limit is [`LL_AUTO_BYTES`]
+/// for the collectives of [`LL_FULL_COLLS`], because it was measured there.
+/// Elsewhere (3 ranks, 5 and more, and the other collectives; not measured
 /// with the larger limit) each rank sends n - 1 copies, so the limit
 /// shrinks by n - 1, as before.
 ///
-/// Reduce-scatter and all-gather at 4 ranks are the next candidates: on
-/// 4 x H100 (2026-11-27) their synced one-shot took 19-21 us at 1 MiB
-/// (256 KiB a rank, just above 512 KiB / 3) against NCCL's 10.1-13.3,
-/// while the LL all-reduce, which sends each peer the same 256 KiB a rank,
-/// took 10.2 us. Predicted with LL (`SYMM_ALGO=ll`, the sweep's `ll`
-/// column): 10-11 us at 1 MiB, 14-15 at 2 MiB; the default follows when a
-/// sweep has measured it.
-const LL_ALLREDUCE_FULL_RANKS: usize = 4;
+/// Reduce-scatter, all-gather and all-to-all joined all-reduce on 4 x H100
+/// (2026-11-27, fourth session; docs/PERFORMANCE.md): predicted for
+/// reduce-scatter and all-gather at 1 MiB, 10-11 us with LL against the
+/// synced kernels' 19-21; measured eager 10.48 and 10.33 us against 21.5
+/// and 19.3 (NCCL's best 10.85 and 10.94: 1.04x and 1.06x, from 0.50x and
+/// 0.57x), graph-replayed 1.00x and 0.96x (from 0.45x and 0.48x); the LL
+/// all-to-all at 1 MiB (256 KiB a peer) 10.31 us against 18.8, 1.37x
+/// NCCL eager and 1.50x graph-replayed.
+const LL_FULL_RANKS: usize = 4;
+
+/// The collectives whose LL limit is [`LL_AUTO_BYTES`] at [`LL_FULL_RANKS`].
+const LL_FULL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
 
 /// The LL limit of `auto` (per rank's contribution, bytes).
 fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    if nranks <= 2 || (coll == CollId::AllReduce && nranks == LL_ALLREDUCE_FULL_RANKS) {
+    if nranks <= 2 || (nranks == LL_FULL_RANKS && LL_FULL_COLLS.contains(&coll)) {
         LL_AUTO_BYTES
     } else {
         LL_AUTO_BYTES / (nranks as u64 - 1)
@@ -718,10 +736,21 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);
-        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), (512 << 10) / 3, "not measured: as before");
-        assert_eq!(ll_auto_limit(CollId::AllGather, 4), (512 << 10) / 3, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllToAll, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::Broadcast, 4), (512 << 10) / 3, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllToAll, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
+    }
+
+    #[test]
+    fn allgather_pushes_by_default_at_measured_rank_counts_only() {
+        assert!(allgather_push_by_default(true, 2) && allgather_push_by_default(true, 4));
+        assert!(!allgather_push_by_default(true, 3), "not measured at 3 ranks");
+        assert!(!allgather_push_by_default(true, 8));
+        assert!(!allgather_push_by_default(false, 2), "an explicit SYMM_ALGO keeps the pull");
     }
 
     #[test]

@@ -227,7 +227,8 @@ mod tests {
             assert_eq!(sized_shape(Algo::parse(fixed).unwrap()), None, "{fixed}");
         }
         let auto = P2PShape::AUTO;
-        assert_eq!(sized_blocks(&op(1 << 20, true, P2P_NO_DIRECT), auto), 8, "one block per 128 KiB");
+        assert_eq!(auto.to_string(), ":blocks=64:kib=32:direct=64");
+        assert_eq!(sized_blocks(&op(1 << 20, true, P2P_NO_DIRECT), auto), 32, "one block per 32 KiB");
         assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), auto), 64);
     }
 

@@ -31,7 +31,10 @@ graph-replayed (dispatch and combine captured once). Per path, launch kind
 and op (dispatch, combine, both) the time per call over --runs runs of at
 least --min-ms each: min / median / max (µs), the slowest rank's. The
 round trip is checked once per path before timing: the combine's output
-must equal the dispatch's input, bit for bit.
+must equal the dispatch's input, bit for bit. Rank 0 reports each stage on
+stderr as it starts; after --watchdog-s seconds (default 900) every rank
+prints its Python stacks and exits, so a stuck path shows where it stuck
+instead of holding the GPUs.
 
 Run it under plain torchrun: PyTorch's NCCL serves the nccl path (with
 symmcomm's libnccl.so.2 preloaded, the stand-in does). NCCL_NVLS_ENABLE=0,
@@ -88,26 +91,43 @@ def route(torch, tokens, world, ne, topk, skew, seed):
     return token_of_copy, torch.bincount(flat, minlength=experts)
 
 
-def time_loop(torch, fn, min_ms, barrier):
-    """µs per call of fn issued back to back until min_ms passed (at least 3
-    calls), the stream's end included."""
+def time_loop(torch, dist, dev, fn, min_ms):
+    """µs per call of fn issued back to back, the stream's end included.
+    Every rank must issue the same number of calls (fn is collective), so
+    the count comes from the slowest rank's three-call estimate: enough
+    calls for min_ms there, at least 3."""
+    import math
     import time
 
+    def slowest(x):
+        t = torch.tensor([x], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
+
     torch.cuda.synchronize()
-    barrier()
-    n, t0 = 0, time.perf_counter()
-    while True:
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(3):
         fn()
-        n += 1
-        if n >= 3 and (time.perf_counter() - t0) * 1e3 >= min_ms:
-            break
+    torch.cuda.synchronize()
+    per_call_s = slowest((time.perf_counter() - t0) / 3)
+    n = max(3, math.ceil(min_ms * 1e-3 / max(per_call_s, 1e-9)))
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1e6 / n
 
 
 def run(args):
+    import faulthandler
+
     import torch
     import torch.distributed as dist
+
+    if args.watchdog_s > 0:
+        faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -134,7 +154,6 @@ def run(args):
     oso2 = torch.empty(2, W * ne, dtype=torch.int64, device=dev)
     oso2_back = torch.empty(2, W * ne, dtype=torch.int64, device=dev)
     rows = []
-    barrier = dist.barrier
     for T in args.tokens:
         for skew in args.skew:
             token_of_copy, per_expert = route(torch, T, W, ne, topk, skew, seed=1000 * R + T)
@@ -185,6 +204,8 @@ def run(args):
             fns = {"nccl": (nccl_dispatch, nccl_combine, nccl_both), "vdev": (vdev_dispatch, vdev_combine, vdev_both),
                    "vdev2d": (vdev2d_dispatch, vdev2d_combine, vdev2d_both)}
             for path, (d, c, both) in fns.items():
+                if R == 0:
+                    print(f"tokens {T} skew {skew} {path}: round trip, then timing", file=sys.stderr, flush=True)
                 back.zero_()
                 both()
                 torch.cuda.synchronize()
@@ -208,7 +229,7 @@ def run(args):
                             lists["nccl"] = nccl_dispatch()
                         per_run = []
                         for _ in range(args.runs):
-                            us = torch.tensor([time_loop(torch, fn, args.min_ms, barrier)], device=dev)
+                            us = torch.tensor([time_loop(torch, dist, dev, fn, args.min_ms)], device=dev)
                             dist.all_reduce(us, op=dist.ReduceOp.MAX)
                             per_run.append(float(us))
                         rows.append({"tokens": T, "skew": skew, "path": path, "launch": launch, "op": op,
@@ -282,6 +303,8 @@ def main(argv):
     p.add_argument("--align", type=int, default=16, help="rows each expert's group starts at a multiple of (vdev2d)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--min-ms", type=float, default=200.0)
+    p.add_argument("--watchdog-s", type=float, default=900.0,
+                   help="after this many seconds print every thread's stack and exit (0: never)")
     args = p.parse_args(argv)
     if args.hidden < 8 or args.hidden % 8:
         p.error("--hidden must be a positive multiple of 8 (16-byte rows)")
