@@ -135,14 +135,14 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   const size_t v_counts[1] = {4};
   EXPECT(symmAllToAllv(FAKE_PTR, v_counts, v_counts, FAKE_PTR, v_counts, v_counts, symmInt32, bad, NULL), want, NULL,
          "symmAllToAllv", kw);
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, symmInt32, bad,
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 1, symmInt32, bad,
                              NULL),
          want, NULL, "symmAllToAllvDevice", kw);
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 2, 1, symmInt32,
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 2, 1, 1, symmInt32,
                                bad, NULL),
          want, NULL, "symmAllToAllvDevice2d", kw);
   EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, (const int64_t *)FAKE_PTR, FAKE_PTR, 4, (int64_t *)FAKE_PTR, 2,
-                                     symmInt32, bad, NULL),
+                                     1, symmInt32, bad, NULL),
          want, NULL, "symmAllToAllvDevice2dOffset", kw);
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
@@ -463,42 +463,47 @@ static void live_checks(symmComm_t a, symmComm_t b) {
   EXPECT(symmAllToAllv(FAKE_PTR, v_one, v_zero, FAKE_PTR, v_one, v_zero, symmInt8, a, NULL), symmInvalidArgument, a,
          "symmAllToAllv", "overlap");
   int64_t *const dev_words = (int64_t *)FAKE_PTR;
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, symmInt8, a, NULL), symmInvalidArgument, a,
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 1, symmInt8, a, NULL), symmInvalidArgument, a,
          "symmAllToAllvDevice", "sendSplits is NULL");
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, symmInt8, a, NULL), symmInvalidArgument,
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, 1, symmInt8, a, NULL), symmInvalidArgument,
          a, "symmAllToAllvDevice", "outSplitsOffsets is NULL");
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)((char *)FAKE_PTR + 4), FAKE_PTR, 4, dev_words, symmInt8, a,
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, (const int64_t *)((char *)FAKE_PTR + 4), FAKE_PTR, 4, dev_words, 1, symmInt8, a,
                              NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice", "8-byte");
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, (symmDataType_t)77, a, NULL),
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 1, (symmDataType_t)77, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice", "datatype 77");
-  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 0, symmInt8, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice", "rowElems is 0");
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 1, (size_t)1 << 40,
+                               symmFloat32, a, NULL),
+         symmInvalidArgument, a, "symmAllToAllvDevice2d", "more than 4 GiB a row");
+  EXPECT(symmAllToAllvDevice(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice", "symmetric or registered");
   /* The 2-D forms: the same checks (shared), and localExperts / majorAlign. */
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, 1, symmInt8, a, NULL), symmInvalidArgument,
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, 1, 1, symmInt8, a, NULL), symmInvalidArgument,
          a, "symmAllToAllvDevice2d", "sendSplits is NULL");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, 2, 1, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, NULL, 2, 1, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "outSplitsOffsets is NULL");
   EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, (int64_t *)((char *)FAKE_PTR + 4), 2, 1,
-                               symmInt8, a, NULL),
+                               1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "8-byte");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 0, 1, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 0, 1, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "localExperts is 0");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 1025, 1, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 1025, 1, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "1024 blocks");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, -8, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, -8, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "majorAlign is -8");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, (symmDataType_t)77, a,
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, 1, (symmDataType_t)77, a,
                                NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "datatype 77");
-  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2d(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 8, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2d", "symmetric or registered");
-  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, NULL, FAKE_PTR, 4, dev_words, 2, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "inSplitsOffsets is NULL");
-  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, -1, symmInt8, a,
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, -1, 1, symmInt8, a,
                                      NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "localExperts is -1");
-  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, symmInt8, a, NULL),
+  EXPECT(symmAllToAllvDevice2dOffset(FAKE_PTR, dev_words + 1024, FAKE_PTR, 4, dev_words + 2048, 2, 1, symmInt8, a, NULL),
          symmInvalidArgument, a, "symmAllToAllvDevice2dOffset", "symmetric or registered");
   EXPECT(symmSend(FAKE_PTR, 4, symmInt8, 1, a, NULL), symmInvalidArgument, a, "symmSend", "peer 1");
   EXPECT(symmRecv(FAKE_PTR, 4, (symmDataType_t)42, 0, a, NULL), symmInvalidArgument, a, "symmRecv", "datatype 42");

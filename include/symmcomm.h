@@ -853,47 +853,50 @@ symmResult_t symmAllToAllv(const void *sendbuff, const size_t *sendcounts, const
 
 /**
  * All-to-all-v with the send counts in device memory (PyTorch's
- * all_to_all_vdev): `sendSplits` (nranks int64, device) gives the elements
+ * all_to_all_vdev): `sendSplits` (nranks int64, device) gives the rows
  * for each rank, whose blocks lie back to back in sendbuff, rank order;
  * the blocks received land back to back in recvbuff in rank order, and
- * `outSplitsOffsets` (2 x nranks int64, device) gets the count received
- * from each rank, then each block's offset in recvbuff. sendbuff must be in
- * a symmetric or registered buffer (the receivers read it); recvbuff holds
- * `recvCapacity` elements. Nothing crosses the host: CUDA graphs replay
+ * `outSplitsOffsets` (2 x nranks int64, device) gets the rows received
+ * from each rank, then each block's offset in recvbuff (rows). A row is
+ * `rowElems` elements of `datatype` (PyTorch's rows along dim 0, e.g. the
+ * hidden size; 1: the counts count elements). sendbuff must be in a
+ * symmetric or registered buffer (the receivers read it); recvbuff holds
+ * `recvCapacity` rows. Nothing crosses the host: CUDA graphs replay
  * with new counts. Counts that do not fit move nothing, leave
  * outSplitsOffsets as it was, and leave an asynchronous error
  * (symmInvalidUsage) naming the rank and the size.
  */
-symmResult_t symmAllToAllvDevice(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+symmResult_t symmAllToAllvDevice(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, size_t rowElems, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
  * The 2-D all-to-all-v with the counts in device memory, expert-major
  * (PyTorch's all_to_all_vdev_2d; mixture-of-experts dispatch). With n
  * ranks and `localExperts` (ne) experts on each, `sendSplits` (n*ne int64,
- * device) gives the elements for expert e of rank q at [q*ne+e], the blocks
+ * device) gives the rows (`rowElems` elements each; 1: elements) for
+ * expert e of rank q at [q*ne+e], the blocks
  * back to back in sendbuff in that order (rank-major). Each rank receives
  * expert-major: for e in 0..ne, for p in 0..n, the block from rank p for
  * its expert e, back to back, each expert's group starting at a multiple
- * of `majorAlign` elements and, as in PyTorch, at least `majorAlign`
+ * of `majorAlign` rows and, as in PyTorch, at least `majorAlign`
  * long, also when the expert receives nothing (0: packed, no alignment;
  * the padding is not written). `outSplitsOffsets` (2 x n*ne int64,
  * device) gets, at [e*n+p], the count received (row 0) and its offset in
  * recvbuff (row 1); it is written only when the call moves its data.
  * n*ne is at most 1024; sendbuff
  * must be in a symmetric or registered buffer (the receivers read it),
- * recvbuff holds `recvCapacity` elements. Nothing crosses the host: CUDA
+ * recvbuff holds `recvCapacity` rows. Nothing crosses the host: CUDA
  * graphs replay with new counts. Counts that do not fit move nothing and
  * leave an asynchronous error (symmInvalidUsage): on the rank whose output
  * is too small, or on every rank when a rank's counts are negative or run
  * past its sendbuff.
  */
-symmResult_t symmAllToAllvDevice2d(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, int64_t localExperts, int64_t majorAlign, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+symmResult_t symmAllToAllvDevice2d(const void *sendbuff, const int64_t *sendSplits, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, int64_t localExperts, int64_t majorAlign, size_t rowElems, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
  * The inverse of symmAllToAllvDevice2d (PyTorch's
  * all_to_all_vdev_2d_offset; mixture-of-experts combine). `inSplitsOffsets`
  * (2 x n*ne int64, device) is indexed expert-major, [e*n+p], like the
- * dispatch's output: row 0 the elements this rank (owner of its local
+ * dispatch's output: row 0 the rows (`rowElems` elements each) this rank (owner of its local
  * expert e) sends back to rank p, row 1 where that block starts in
  * sendbuff (any offsets, so the dispatch's padding may stay). Each rank
  * receives rank-major, packed: for q in 0..n, for e in 0..ne, the block
@@ -906,9 +909,9 @@ symmResult_t symmAllToAllvDevice2d(const void *sendbuff, const int64_t *sendSpli
  * Nothing crosses the host. A negative count or offset, or a block past
  * the end of a rank's sendbuff, moves nothing and leaves an asynchronous
  * error (symmInvalidUsage) on every rank; more than `recvCapacity`
- * elements, on the rank that receives them.
+ * rows, on the rank that receives them.
  */
-symmResult_t symmAllToAllvDevice2dOffset(const void *sendbuff, const int64_t *inSplitsOffsets, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, int64_t localExperts, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
+symmResult_t symmAllToAllvDevice2dOffset(const void *sendbuff, const int64_t *inSplitsOffsets, void *recvbuff, size_t recvCapacity, int64_t *outSplitsOffsets, int64_t localExperts, size_t rowElems, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 
 /**
  * Send count elements to `peer`, matched in order with its symmRecv.

@@ -498,7 +498,7 @@ fn mismatch_error(s: &Status) -> Error {
         return if s.mine[3] & 0xff == 2 {
             err!(
                 symmInvalidUsage,
-                "rank {}: {api} would receive {} elements{padding}, but recvCapacity is {}; nothing was moved",
+                "rank {}: {api} would receive {} rows{padding}, but recvCapacity is {} (rows of rowElems elements); nothing was moved",
                 s.rank,
                 wide(&s.mine),
                 wide(&s.theirs)
@@ -892,14 +892,14 @@ mod tests {
         let shift = abi::A2AV_FORM_SHIFT;
         let e = mismatch_error(&a2av(2, 5 << 32, 7));
         assert_eq!(e.code, symmResult_t::symmInvalidUsage);
-        assert!(e.msg.contains("rank 3: symmAllToAllvDevice would receive 21474836480 elements, but recvCapacity is 7"), "{}", e.msg);
+        assert!(e.msg.contains("rank 3: symmAllToAllvDevice would receive 21474836480 rows, but recvCapacity is 7 (rows of rowElems elements)"), "{}", e.msg);
         let e = mismatch_error(&a2av(2 | abi::A2AV_FORM_2D << shift, 40, 39));
-        assert!(e.msg.contains("symmAllToAllvDevice2d would receive 40 elements (with the majorAlign padding)"), "{}", e.msg);
+        assert!(e.msg.contains("symmAllToAllvDevice2d would receive 40 rows (with the majorAlign padding)"), "{}", e.msg);
         let e = mismatch_error(&a2av(1 | abi::A2AV_FORM_2D << shift, 1, 0));
         assert!(e.msg.contains("symmAllToAllvDevice2d: rank 1's send counts are negative"), "{}", e.msg);
         let e = mismatch_error(&a2av(1 | abi::A2AV_FORM_2D_OFFSET << shift, 0, 0));
         assert!(e.msg.contains("symmAllToAllvDevice2dOffset: rank 0's inSplitsOffsets hold a negative"), "{}", e.msg);
         let e = mismatch_error(&a2av(2 | abi::A2AV_FORM_2D_OFFSET << shift, 9, 8));
-        assert!(e.msg.contains("symmAllToAllvDevice2dOffset would receive 9 elements, but"), "{}", e.msg);
+        assert!(e.msg.contains("symmAllToAllvDevice2dOffset would receive 9 rows, but"), "{}", e.msg);
     }
 }

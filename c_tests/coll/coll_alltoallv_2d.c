@@ -171,13 +171,13 @@ static void enqueue(struct tw *w, struct bufs *b, int i, int dt, const struct cf
   struct tw_rank *r = &w->r[i];
   TW_SYMM_REQUIRE(r, symmAllToAllvDevice2d((const void *)(uintptr_t)b->S.p[i], (const int64_t *)(uintptr_t)b->splits[i],
                                            (void *)(uintptr_t)b->R.p[i], capacity, (int64_t *)(uintptr_t)b->oso[i],
-                                           c->ne, c->align, (symmDataType_t)dt, r->comm, r->stream));
+                                           c->ne, c->align, 1, (symmDataType_t)dt, r->comm, r->stream));
   if (!combine) return;
   /* The combine takes the dispatch's output and outSplitsOffsets as they are. */
   TW_SYMM_REQUIRE(r, symmAllToAllvDevice2dOffset((const void *)(uintptr_t)b->R.p[i],
                                                  (const int64_t *)(uintptr_t)b->oso[i], (void *)(uintptr_t)b->B[i],
                                                  b->back_bytes / (size_t)cw_dt[dt].size,
-                                                 (int64_t *)(uintptr_t)b->oso2[i], c->ne, (symmDataType_t)dt,
+                                                 (int64_t *)(uintptr_t)b->oso2[i], c->ne, 1, (symmDataType_t)dt,
                                                  r->comm, r->stream));
 }
 
@@ -330,40 +330,40 @@ static void bad_input(struct tw *w) {
     void *s = (void *)(uintptr_t)b.S.p[i], *rv = (void *)(uintptr_t)b.R.p[i], *pl = (void *)(uintptr_t)b.B[i];
     const int64_t *sp = (const int64_t *)(uintptr_t)b.splits[i];
     int64_t *o = (int64_t *)(uintptr_t)b.oso[i];
-    refused(r, "2d: plain sendbuff", symmAllToAllvDevice2d(pl, sp, rv, 16, o, 2, 1, symmUint8, r->comm, r->stream),
+    refused(r, "2d: plain sendbuff", symmAllToAllvDevice2d(pl, sp, rv, 16, o, 2, 1, 1, symmUint8, r->comm, r->stream),
             "symmetric or registered");
-    refused(r, "2d: NULL sendSplits", symmAllToAllvDevice2d(s, NULL, rv, 16, o, 2, 1, symmUint8, r->comm, r->stream),
+    refused(r, "2d: NULL sendSplits", symmAllToAllvDevice2d(s, NULL, rv, 16, o, 2, 1, 1, symmUint8, r->comm, r->stream),
             "sendSplits is NULL");
-    refused(r, "2d: NULL recvbuff", symmAllToAllvDevice2d(s, sp, NULL, 16, o, 2, 1, symmUint8, r->comm, r->stream),
+    refused(r, "2d: NULL recvbuff", symmAllToAllvDevice2d(s, sp, NULL, 16, o, 2, 1, 1, symmUint8, r->comm, r->stream),
             "recvbuff is NULL");
     refused(r, "2d: misaligned outSplitsOffsets",
-            symmAllToAllvDevice2d(s, sp, rv, 16, (int64_t *)((char *)o + 4), 2, 1, symmUint8, r->comm, r->stream),
+            symmAllToAllvDevice2d(s, sp, rv, 16, (int64_t *)((char *)o + 4), 2, 1, 1, symmUint8, r->comm, r->stream),
             "8-byte");
-    refused(r, "2d: localExperts 0", symmAllToAllvDevice2d(s, sp, rv, 16, o, 0, 1, symmUint8, r->comm, r->stream),
+    refused(r, "2d: localExperts 0", symmAllToAllvDevice2d(s, sp, rv, 16, o, 0, 1, 1, symmUint8, r->comm, r->stream),
             "localExperts is 0");
     refused(r, "2d: too many experts",
-            symmAllToAllvDevice2d(s, sp, rv, 16, o, 1025, 1, symmUint8, r->comm, r->stream), "1024 blocks");
+            symmAllToAllvDevice2d(s, sp, rv, 16, o, 1025, 1, 1, symmUint8, r->comm, r->stream), "1024 blocks");
     refused(r, "2d: negative majorAlign",
-            symmAllToAllvDevice2d(s, sp, rv, 16, o, 2, -1, symmUint8, r->comm, r->stream), "majorAlign is -1");
+            symmAllToAllvDevice2d(s, sp, rv, 16, o, 2, -1, 1, symmUint8, r->comm, r->stream), "majorAlign is -1");
     refused(r, "2d: recvbuff over sendbuff",
-            symmAllToAllvDevice2d(s, sp, s, 16, o, 2, 1, symmUint8, r->comm, r->stream), "overlap");
+            symmAllToAllvDevice2d(s, sp, s, 16, o, 2, 1, 1, symmUint8, r->comm, r->stream), "overlap");
     refused(r, "2d: bad datatype",
-            symmAllToAllvDevice2d(s, sp, rv, 16, o, 2, 1, (symmDataType_t)99, r->comm, r->stream), "datatype");
+            symmAllToAllvDevice2d(s, sp, rv, 16, o, 2, 1, 1, (symmDataType_t)99, r->comm, r->stream), "datatype");
     refused(r, "2d offset: plain sendbuff",
-            symmAllToAllvDevice2dOffset(pl, o, rv, 16, (int64_t *)(uintptr_t)b.oso2[i], 2, symmUint8, r->comm,
+            symmAllToAllvDevice2dOffset(pl, o, rv, 16, (int64_t *)(uintptr_t)b.oso2[i], 2, 1, symmUint8, r->comm,
                                         r->stream),
             "symmetric or registered");
     refused(r, "2d offset: NULL inSplitsOffsets",
-            symmAllToAllvDevice2dOffset(s, NULL, rv, 16, o, 2, symmUint8, r->comm, r->stream),
+            symmAllToAllvDevice2dOffset(s, NULL, rv, 16, o, 2, 1, symmUint8, r->comm, r->stream),
             "inSplitsOffsets is NULL");
     refused(r, "2d offset: misaligned inSplitsOffsets",
-            symmAllToAllvDevice2dOffset(s, (const int64_t *)((const char *)sp + 4), rv, 16, o, 2, symmUint8, r->comm,
+            symmAllToAllvDevice2dOffset(s, (const int64_t *)((const char *)sp + 4), rv, 16, o, 2, 1, symmUint8, r->comm,
                                         r->stream),
             "8-byte");
     refused(r, "2d offset: localExperts 0",
-            symmAllToAllvDevice2dOffset(s, sp, rv, 16, o, 0, symmUint8, r->comm, r->stream), "localExperts is 0");
+            symmAllToAllvDevice2dOffset(s, sp, rv, 16, o, 0, 1, symmUint8, r->comm, r->stream), "localExperts is 0");
     refused(r, "2d offset: outSplitsOffsets over inSplitsOffsets",
-            symmAllToAllvDevice2dOffset(s, sp, rv, 16, (int64_t *)(uintptr_t)sp, 2, symmUint8, r->comm, r->stream),
+            symmAllToAllvDevice2dOffset(s, sp, rv, 16, (int64_t *)(uintptr_t)sp, 2, 1, symmUint8, r->comm, r->stream),
             "overlap");
     symmResult_t async = symmInternalError;
     TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));

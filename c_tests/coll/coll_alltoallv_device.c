@@ -150,7 +150,7 @@ static void enqueue(struct tw *w, struct bufs *b, int i, int dt, size_t capacity
   struct tw_rank *r = &w->r[i];
   TW_SYMM_REQUIRE(r, symmAllToAllvDevice((const void *)(uintptr_t)b->S.p[i], (const int64_t *)(uintptr_t)b->splits[i],
                                          (void *)(uintptr_t)b->R[i], capacity, (int64_t *)(uintptr_t)b->out[i],
-                                         (symmDataType_t)dt, r->comm, r->stream));
+                                         1, (symmDataType_t)dt, r->comm, r->stream));
 }
 
 static void run_case(struct tw *w, enum cw_class cls, int dt, size_t k, int pat) {
@@ -280,15 +280,15 @@ static void bad_input(struct tw *w) {
     void *s = (void *)(uintptr_t)b.S.p[i], *rv = (void *)(uintptr_t)b.R[i];
     const int64_t *sp = (const int64_t *)(uintptr_t)b.splits[i];
     int64_t *o = (int64_t *)(uintptr_t)b.out[i];
-    refused(r, "plain sendbuff", symmAllToAllvDevice(rv, sp, s, 16, o, symmUint8, r->comm, r->stream),
+    refused(r, "plain sendbuff", symmAllToAllvDevice(rv, sp, s, 16, o, 1, symmUint8, r->comm, r->stream),
             "symmetric or registered");
-    refused(r, "NULL sendSplits", symmAllToAllvDevice(s, NULL, rv, 16, o, symmUint8, r->comm, r->stream),
+    refused(r, "NULL sendSplits", symmAllToAllvDevice(s, NULL, rv, 16, o, 1, symmUint8, r->comm, r->stream),
             "sendSplits is NULL");
     refused(r, "misaligned outSplitsOffsets",
-            symmAllToAllvDevice(s, sp, rv, 16, (int64_t *)((char *)o + 4), symmUint8, r->comm, r->stream), "8-byte");
-    refused(r, "recvbuff over sendbuff", symmAllToAllvDevice(s, sp, s, 16, o, symmUint8, r->comm, r->stream),
+            symmAllToAllvDevice(s, sp, rv, 16, (int64_t *)((char *)o + 4), 1, symmUint8, r->comm, r->stream), "8-byte");
+    refused(r, "recvbuff over sendbuff", symmAllToAllvDevice(s, sp, s, 16, o, 1, symmUint8, r->comm, r->stream),
             "overlap");
-    refused(r, "bad datatype", symmAllToAllvDevice(s, sp, rv, 16, o, (symmDataType_t)99, r->comm, r->stream),
+    refused(r, "bad datatype", symmAllToAllvDevice(s, sp, rv, 16, o, 1, (symmDataType_t)99, r->comm, r->stream),
             "datatype");
     symmResult_t async = symmInternalError;
     TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));

@@ -137,13 +137,13 @@ FUNCTIONS: list[Function] = [
              [buffer_t, P(c_size_t), P(c_size_t), buffer_t, P(c_size_t), P(c_size_t), symmDataType_t, symmComm_t,
               cudaStream_t]),
     Function("symmAllToAllvDevice", symmResult_t,
-             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, symmDataType_t, symmComm_t, cudaStream_t]),
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, c_size_t, symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmAllToAllvDevice2d", symmResult_t,
-             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, ctypes.c_int64, symmDataType_t,
-              symmComm_t, cudaStream_t]),
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, ctypes.c_int64, c_size_t,
+              symmDataType_t, symmComm_t, cudaStream_t]),
     Function("symmAllToAllvDevice2dOffset", symmResult_t,
-             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, symmDataType_t, symmComm_t,
-              cudaStream_t]),
+             [buffer_t, buffer_t, buffer_t, c_size_t, buffer_t, ctypes.c_int64, c_size_t, symmDataType_t,
+              symmComm_t, cudaStream_t]),
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
@@ -501,20 +501,20 @@ class SymmLibrary:
     def symmAllReduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         self.call("symmAllReduce", send, recv, count, dtype, op, comm, stream, comm=comm)
 
-    def symmAllToAllvDevice(self, send, splits, recv, recv_capacity, out_splits_offsets, dtype, comm,
+    def symmAllToAllvDevice(self, send, splits, recv, recv_capacity, out_splits_offsets, row_elems, dtype, comm,
                             stream) -> None:
-        self.call("symmAllToAllvDevice", send, splits, recv, recv_capacity, out_splits_offsets, dtype, comm, stream,
-                  comm=comm)
+        self.call("symmAllToAllvDevice", send, splits, recv, recv_capacity, out_splits_offsets, row_elems, dtype,
+                  comm, stream, comm=comm)
 
     def symmAllToAllvDevice2d(self, send, splits, recv, recv_capacity, out_splits_offsets, local_experts,
-                              major_align, dtype, comm, stream) -> None:
+                              major_align, row_elems, dtype, comm, stream) -> None:
         self.call("symmAllToAllvDevice2d", send, splits, recv, recv_capacity, out_splits_offsets, local_experts,
-                  major_align, dtype, comm, stream, comm=comm)
+                  major_align, row_elems, dtype, comm, stream, comm=comm)
 
     def symmAllToAllvDevice2dOffset(self, send, splits_offsets, recv, recv_capacity, out_splits_offsets,
-                                    local_experts, dtype, comm, stream) -> None:
+                                    local_experts, row_elems, dtype, comm, stream) -> None:
         self.call("symmAllToAllvDevice2dOffset", send, splits_offsets, recv, recv_capacity, out_splits_offsets,
-                  local_experts, dtype, comm, stream, comm=comm)
+                  local_experts, row_elems, dtype, comm, stream, comm=comm)
 
     def symmAllReduceAddRMSNorm(self, input, residual, weight, out, residual_out, tokens, hidden, eps, dtype, comm,
                                 stream) -> None:

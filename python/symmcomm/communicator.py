@@ -74,6 +74,16 @@ def _experts_per_rank(nsplits: int, world_size: int, name: str) -> int:
     return nsplits // world_size
 
 
+def _row_elems(t) -> int:
+    """Elements per row along dim 0 (1 for a 1-D tensor; an empty row
+    counts 1): the device-count all-to-alls count rows, and the library
+    takes the row's size instead of scaled counts."""
+    n = 1
+    for d in t.shape[1:]:
+        n *= int(d)
+    return max(n, 1)
+
+
 def _major_align(major_align) -> int:
     """all_to_all_vdev_2d's ``major_align``: None (PyTorch's default) is 1;
     0 packs the experts' groups (PyTorch refuses 0)."""
@@ -567,30 +577,14 @@ class Communicator:
         if out_splits_offsets.dtype != torch.int64 or out_splits_offsets.numel() != 2 * W:
             raise invalid(f"out_splits_offsets must be int64 with 2 x {W} elements, not {out_splits_offsets.dtype} "
                           f"with {out_splits_offsets.numel()}")
+        if not (in_splits.is_contiguous() and out_splits_offsets.is_contiguous()):
+            raise invalid("in_splits and out_splits_offsets must be contiguous")
         dt, factor = movement_type(input.dtype)
-        row = max(input[0].numel(), 1) if input.dim() > 1 else 1
-        handle, raw = self.handle, self._stream(stream)
-        self._in_rows(torch, stream, row * factor, in_splits, out_splits_offsets,
-                      lambda counts, result, unit: self._lib.symmAllToAllvDevice(
-                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, dt, handle, raw))
+        row = _row_elems(input)
+        self._lib.symmAllToAllvDevice(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel() // row,
+                                      out_splits_offsets.data_ptr(), row * factor, dt, self.handle,
+                                      self._stream(stream))
         return out
-
-    def _in_rows(self, torch, stream, unit: int, counts, out_splits_offsets, call):
-        """The device-count all-to-alls count rows, the library elements:
-        call(counts pointer, result pointer, unit) with both in library
-        elements, ``unit`` a row's. For rows of more than one element the
-        counts are scaled there and back on the call's stream (tiny kernels,
-        graph-capturable like the call); ``out_splits_offsets`` is scaled
-        too rather than left uninitialised, so that a call that moves
-        nothing leaves it as it was (up to int64 overflow of garbage)."""
-        if unit == 1:
-            call(counts.data_ptr(), out_splits_offsets.data_ptr(), 1)
-            return
-        with torch.cuda.stream(self._torch_stream(stream)):
-            scaled = counts * unit
-            result = out_splits_offsets * unit
-            call(scaled.data_ptr(), result.data_ptr(), unit)
-            torch.floor_divide(result, unit, out=out_splits_offsets)
 
     def all_to_all_vdev_2d(self, input, out, in_splits, out_splits_offsets, *, major_align=None, stream=None):
         """PyTorch's ``torch.ops.symm_mem.all_to_all_vdev_2d`` on this
@@ -610,13 +604,10 @@ class Communicator:
         Returns ``out``."""
         torch = require_torch("all_to_all_vdev_2d")
         align = _major_align(major_align)
-        dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits, "in_splits", 1, out_splits_offsets)
-        handle, raw = self.handle, self._stream(stream)
-        # The alignment is in rows too.
-        self._in_rows(torch, stream, unit, in_splits, out_splits_offsets,
-                      lambda counts, result, u: self._lib.symmAllToAllvDevice2d(
-                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, ne, align * u, dt,
-                          handle, raw))
+        dt, row, unit, ne = self._vdev_2d_args(torch, input, out, in_splits, "in_splits", 1, out_splits_offsets)
+        self._lib.symmAllToAllvDevice2d(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel() // row,
+                                        out_splits_offsets.data_ptr(), ne, align, unit, dt, self.handle,
+                                        self._stream(stream))
         return out
 
     def all_to_all_vdev_2d_offset(self, input, out, in_splits_offsets, out_splits_offsets, *, stream=None):
@@ -632,18 +623,16 @@ class Communicator:
         the rows received and where they start, as PyTorch's. ``input`` must
         be a symmetric tensor or in a registered buffer. Returns ``out``."""
         torch = require_torch("all_to_all_vdev_2d_offset")
-        dt, factor, unit, ne = self._vdev_2d_args(torch, input, out, in_splits_offsets, "in_splits_offsets", 2,
-                                                  out_splits_offsets)
-        handle, raw = self.handle, self._stream(stream)
-        self._in_rows(torch, stream, unit, in_splits_offsets, out_splits_offsets,
-                      lambda counts, result, u: self._lib.symmAllToAllvDevice2dOffset(
-                          input.data_ptr(), counts, out.data_ptr(), out.numel() * factor, result, ne, dt, handle, raw))
+        dt, row, unit, ne = self._vdev_2d_args(torch, input, out, in_splits_offsets, "in_splits_offsets", 2,
+                                               out_splits_offsets)
+        self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), in_splits_offsets.data_ptr(), out.data_ptr(),
+                                              out.numel() // row, out_splits_offsets.data_ptr(), ne, unit, dt,
+                                              self.handle, self._stream(stream))
         return out
 
     def _vdev_2d_args(self, torch, input, out, splits, name: str, rows: int, out_splits_offsets):
         """The checks the 2-D all-to-all-v forms share: (library datatype,
-        library elements per tensor element, library elements per row, local
-        experts)."""
+        tensor elements per row, library elements per row, local experts)."""
         self._tensor(input, "input")
         self._tensor(out, "out")
         self._tensor(splits, name)
@@ -663,8 +652,8 @@ class Communicator:
         if not (splits.is_contiguous() and out_splits_offsets.is_contiguous()):
             raise invalid(f"{name} and out_splits_offsets must be contiguous")
         dt, factor = movement_type(input.dtype)
-        row = max(input[0].numel(), 1) if input.dim() > 1 else 1
-        return dt, factor, row * factor, ne
+        row = _row_elems(input)
+        return dt, row, row * factor, ne
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
         """All-to-all along dim 0, as torch.distributed's: without split sizes

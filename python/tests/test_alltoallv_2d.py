@@ -94,7 +94,7 @@ def test_tensor_forms_say_they_need_torch():
 @pytest.mark.parametrize("api", ["symmAllToAllvDevice2d", "symmAllToAllvDevice2dOffset"])
 def test_library_checks_the_communicator_first(lib, api):
     fake = 1 << 20  # never dereferenced: the communicator is checked first
-    args = [fake, fake, fake, 4, fake, 2] + ([1] if api == "symmAllToAllvDevice2d" else [])
+    args = [fake, fake, fake, 4, fake, 2] + ([1] if api == "symmAllToAllvDevice2d" else []) + [7168]
     with pytest.raises(symmcomm.SymmInvalidArgumentError) as e:
         getattr(lib, api)(*args, DataType.Int32, None, None)
     assert e.value.api == api
@@ -105,4 +105,4 @@ def test_library_takes_64_bit_expert_counts(lib):
     # localExperts and majorAlign are int64_t: a value past 32 bits reaches
     # the library intact (and is refused there, after the communicator).
     with pytest.raises(symmcomm.SymmInvalidArgumentError, match="comm"):
-        lib.symmAllToAllvDevice2d(8, 8, 8, 4, 8, 1 << 40, -(1 << 40), DataType.Int8, None, None)
+        lib.symmAllToAllvDevice2d(8, 8, 8, 4, 8, 1 << 40, -(1 << 40), 1, DataType.Int8, None, None)

@@ -2,6 +2,8 @@
 //! mixture-of-experts dispatch and combine: PyTorch's
 //! `torch.ops.symm_mem.all_to_all_vdev_2d` and `all_to_all_vdev_2d_offset`.
 //! n ranks hold `ne` local experts each; every rank has n x ne blocks.
+//! Counts, offsets, capacities and `majorAlign` are in rows of `rowElems`
+//! elements (1: elements), as PyTorch counts rows along dim 0.
 //!
 //! - symmAllToAllvDevice2d (dispatch): `sendSplits[q*ne+e]` elements go to
 //!   expert e of rank q, the blocks back to back in sendbuff in that order
@@ -47,6 +49,8 @@ pub struct A2AV2dRequest {
     pub local_experts: i64,
     /// The dispatch's `majorAlign`; 0 for the combine.
     pub major_align: i64,
+    /// Elements per row: counts, offsets, capacity and alignment count rows.
+    pub row_elems: usize,
     pub dtype: RawDataType,
 }
 
@@ -91,6 +95,7 @@ pub fn all_to_all_v_2d(comm: &Comm, stream: CUstream, form: A2AV2dForm, r: &A2AV
         send: r.send,
         recv: r.recv,
         recv_capacity: r.recv_capacity,
+        row_elems: r.row_elems,
         dtype: r.dtype,
         counts,
         out: ("outSplitsOffsets", r.out_splits_offsets, 2 * ns),

@@ -8,9 +8,11 @@
 //! (kernels/alltoallv_device.cu) exchanges the counts and pulls the blocks
 //! from the peers' inputs, so a CUDA graph replays with new counts.
 //!
-//! The input must lie in a symmetric or registered buffer (the receivers
-//! read it), as PyTorch requires of `all_to_all_vdev`'s input; the output
-//! may be any device memory of `recvCapacity` elements. Counts that do not
+//! Counts, offsets and `recvCapacity` are in rows of `rowElems` elements
+//! (PyTorch's rows along dim 0; 1: elements). The input must lie in a
+//! symmetric or registered buffer (the receivers read it), as PyTorch
+//! requires of `all_to_all_vdev`'s input; the output may be any device
+//! memory of `recvCapacity` rows. Counts that do not
 //! fit move nothing, leave `outSplitsOffsets` as it was, and record an
 //! asynchronous error (`symmInvalidUsage`, the message naming the rank and
 //! the size).
@@ -34,6 +36,8 @@ pub struct A2AVDevRequest {
     pub recv: *mut c_void,
     pub recv_capacity: usize,
     pub out_splits_offsets: *mut i64,
+    /// Elements per row: the counts, offsets and capacity count rows.
+    pub row_elems: usize,
     pub dtype: RawDataType,
 }
 
@@ -44,6 +48,11 @@ pub(crate) struct DevA2ABuffers {
     pub send: *const c_void,
     pub recv: *mut c_void,
     pub recv_capacity: usize,
+    /// Elements per row (at least 1): counts, offsets, capacities and the
+    /// 2-D form's alignment count rows of this many elements, PyTorch's
+    /// rows along dim 0. The kernels take a row as their unit (its bytes in
+    /// `elem_size`: they only move bytes), so nothing scales the counts.
+    pub row_elems: usize,
     pub dtype: RawDataType,
     /// The counts the call reads: name, pointer, int64 words (device memory).
     /// They may lie in sendbuff's buffer (read before anything moves).
@@ -53,7 +62,8 @@ pub(crate) struct DevA2ABuffers {
 }
 
 /// A checked call: the collective arguments (peer addresses of the inputs,
-/// `recv` set, `count` 0) and sendbuff's capacity in elements.
+/// `recv` set, `count` 0, `elem_size` a row's bytes) and sendbuff's
+/// capacity in rows.
 pub(crate) struct DevA2AChecked {
     pub coll: CollArgs,
     pub send_capacity: u64,
@@ -65,7 +75,13 @@ pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) ->
     let Some(dtype) = symmDataType_t::from_raw(b.dtype) else {
         bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t", b.dtype);
     };
-    let es = dtype.size();
+    if b.row_elems == 0 {
+        bail!(symmInvalidArgument, "rowElems is 0; it must be at least 1 (1: the counts count elements)");
+    }
+    // A row is the kernels' unit: its bytes go in the 32-bit elem_size.
+    let Some(es) = b.row_elems.checked_mul(dtype.size()).filter(|&x| x <= u32::MAX as usize) else {
+        bail!(symmInvalidArgument, "rowElems {} x {} bytes is more than 4 GiB a row", b.row_elems, dtype.size());
+    };
     let (counts, out) = (b.counts, b.out);
     for (name, p, words) in [(counts.0, counts.1 as usize, counts.2), (out.0, out.1 as usize, out.2)] {
         if p == 0 {
@@ -82,7 +98,7 @@ pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) ->
         bail!(symmInvalidArgument, "recvbuff is NULL");
     }
     let Some(recv_bytes) = b.recv_capacity.checked_mul(es).filter(|&x| x <= isize::MAX as usize) else {
-        bail!(symmInvalidArgument, "recvCapacity {} x {es} bytes overflows", b.recv_capacity);
+        bail!(symmInvalidArgument, "recvCapacity {} rows x {es} bytes overflows", b.recv_capacity);
     };
     let Some(entry) = comm.mem.find(b.send as u64, 1) else {
         bail!(
@@ -115,6 +131,7 @@ pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) ->
     }
     a.recv = b.recv as u64;
     a.count = 0;
+    a.elem_size = es as u32;
     Ok(Some(DevA2AChecked { coll: a, send_capacity }))
 }
 
@@ -135,6 +152,7 @@ pub fn all_to_all_v_device(comm: &Comm, stream: CUstream, r: &A2AVDevRequest) ->
         send: r.send,
         recv: r.recv,
         recv_capacity: r.recv_capacity,
+        row_elems: r.row_elems,
         dtype: r.dtype,
         counts: ("sendSplits", r.splits, n),
         out: ("outSplitsOffsets", r.out_splits_offsets, 2 * n),
