@@ -1,10 +1,11 @@
 //! symmAllToAll with equal blocks: block r of rank q's output is block q of
 //! rank r's input. In place goes through scratch (a rank would overwrite a
-//! block a peer still reads). Out of place, blocks up to the LL limit go as
-//! LL packets, and larger ones on the point-to-point engine
-//! (alltoallv.rs `launch_blocks`) where the recvbuff is symmetric/registered
-//! (`auto`) or with SYMM_ALGO=p2p; the rest (and any other explicit
-//! SYMM_ALGO) through the synced kernel that pulls the peers' blocks.
+//! block a peer still reads). Out of place under `auto`, blocks up to the
+//! LL limit go as LL packets (also with SYMM_ALGO=ll), and larger ones on
+//! the point-to-point engine (alltoallv.rs `launch_blocks`) where the
+//! recvbuff is symmetric/registered (at every size with SYMM_ALGO=p2p);
+//! the rest, and any other explicit SYMM_ALGO, through the synced kernel
+//! that pulls the peers' blocks.
 //!
 //! Measured on 4 x H100 (2026-11-27, fourth session, symmetric buffers;
 //! docs/PERFORMANCE.md), before these became `auto`: LL, predicted at
@@ -13,7 +14,7 @@
 //! the engine 1.00-1.18x from 4 MiB at 2 ranks and 0.92-1.06x at 4, where
 //! the synced kernel made 0.78-0.98x.
 
-use super::{alltoallv, Call};
+use super::{alltoallv, Base, Call};
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
@@ -23,7 +24,9 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     // sends still read; that case keeps the staged kernel.
     let block = call.count * call.elem_size();
     let overlap = call.send < call.recv + n * block && call.recv < call.send + n * block;
-    if !overlap && call.use_ll(block) {
+    // LL under `auto` and `ll` only: an explicit `p2p` or `classic` keeps
+    // the path it names at every size (the sweeps compare them).
+    if !overlap && (call.defaulted || call.algo.base == Base::Ll) && call.use_ll(block) {
         return call.launch_ll(c"symm_alltoall_ll", block);
     }
     // `auto` takes the engine only where peers may store straight into the
