@@ -544,13 +544,20 @@ fn mismatch_error(s: &Status) -> Error {
         } else {
             input(s.theirs[3])
         };
+        let coll = crate::coll::CollId::from_raw(s.mine[0] >> 24);
+        let rows = if coll == Some(crate::coll::CollId::AllToAll) {
+            " (the device-count all-to-alls also need the same rowElems on every rank)"
+        } else {
+            ""
+        };
         return err!(
             symmInvalidUsage,
             "rank {} and rank {} disagree on where {} reads its input: this rank passed {}, rank {} passed {}; \
-             pass symmetric or registered buffers at the same offset on every rank, or ordinary buffers on every rank",
+             pass symmetric or registered buffers at the same offset on every rank, or ordinary buffers on every \
+             rank{rows}",
             s.rank,
             s.peer,
-            crate::coll::CollId::from_raw(s.mine[0] >> 24).map(|c| c.name()).or(fused_op_name(s.mine[0] >> 24)).unwrap_or("the collective"),
+            coll.map(|c| c.name()).or(fused_op_name(s.mine[0] >> 24)).unwrap_or("the collective"),
             input(s.mine[3]),
             s.peer,
             theirs,
@@ -874,6 +881,13 @@ mod tests {
         // Different datatypes that also picked different kernels: the call is named.
         let e = mismatch_error(&status(call(1, 2), call(33, 7)));
         assert!(e.msg.contains("collective mismatch"), "{}", e.msg);
+        // The same call with different input tokens: an all-to-all (id 6)
+        // names rowElems too (the device-count forms fold it into the token).
+        let a2a = |token: u32| [6 << 24, 0, 2 << 8, token];
+        let e = mismatch_error(&status(a2a(0x11), a2a(0x23)));
+        assert!(e.msg.contains("disagree on where") && e.msg.contains("same rowElems"), "{}", e.msg);
+        let e = mismatch_error(&status([1 << 24, 1024, 2 << 8, 0x11], [1 << 24, 1024, 2 << 8, 0x23]));
+        assert!(e.msg.contains("disagree on where") && !e.msg.contains("rowElems"), "{}", e.msg);
     }
 
     #[test]

@@ -132,6 +132,11 @@ pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) ->
     a.recv = b.recv as u64;
     a.count = 0;
     a.elem_size = es as u32;
+    // Ranks must agree on the row, the kernels' unit (a byte offset is
+    // counts x row): it joins the token peers compare at the first sync,
+    // so a disagreement stops the call instead of moving the wrong bytes.
+    let h = super::fnv(&[a.token as u64, es as u64]);
+    a.token = (h as u32 ^ (h >> 32) as u32) | 1;
     Ok(Some(DevA2AChecked { coll: a, send_capacity }))
 }
 
