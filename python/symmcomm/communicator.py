@@ -564,26 +564,9 @@ class Communicator:
         tensor (symmcomm.symmetric_memory.empty) or in a registered buffer;
         ``out``'s rows are its capacity. Returns ``out``."""
         torch = require_torch("all_to_all_vdev")
-        self._tensor(input, "input")
-        self._tensor(out, "out")
-        self._tensor(in_splits, "in_splits")
-        self._tensor(out_splits_offsets, "out_splits_offsets")
-        if out.dtype != input.dtype or out.shape[1:] != input.shape[1:]:
-            raise invalid(f"out ({out.dtype}, rows of {tuple(out.shape[1:])}) must match input "
-                          f"({input.dtype}, rows of {tuple(input.shape[1:])})")
-        W = self.world_size
-        if in_splits.dtype != torch.int64 or in_splits.numel() != W:
-            raise invalid(f"in_splits must be int64 with {W} elements, not {in_splits.dtype} with {in_splits.numel()}")
-        if out_splits_offsets.dtype != torch.int64 or out_splits_offsets.numel() != 2 * W:
-            raise invalid(f"out_splits_offsets must be int64 with 2 x {W} elements, not {out_splits_offsets.dtype} "
-                          f"with {out_splits_offsets.numel()}")
-        if not (in_splits.is_contiguous() and out_splits_offsets.is_contiguous()):
-            raise invalid("in_splits and out_splits_offsets must be contiguous")
-        dt, factor = movement_type(input.dtype)
-        row = _row_elems(input)
+        dt, row, unit, _ = self._vdev_args(torch, input, out, in_splits, "in_splits", out_splits_offsets)
         self._lib.symmAllToAllvDevice(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel() // row,
-                                      out_splits_offsets.data_ptr(), row * factor, dt, self.handle,
-                                      self._stream(stream))
+                                      out_splits_offsets.data_ptr(), unit, dt, self.handle, self._stream(stream))
         return out
 
     def all_to_all_vdev_2d(self, input, out, in_splits, out_splits_offsets, *, major_align=None, stream=None):
@@ -604,7 +587,7 @@ class Communicator:
         Returns ``out``."""
         torch = require_torch("all_to_all_vdev_2d")
         align = _major_align(major_align)
-        dt, row, unit, ne = self._vdev_2d_args(torch, input, out, in_splits, "in_splits", 1, out_splits_offsets)
+        dt, row, unit, ne = self._vdev_args(torch, input, out, in_splits, "in_splits", out_splits_offsets, rows=1)
         self._lib.symmAllToAllvDevice2d(input.data_ptr(), in_splits.data_ptr(), out.data_ptr(), out.numel() // row,
                                         out_splits_offsets.data_ptr(), ne, align, unit, dt, self.handle,
                                         self._stream(stream))
@@ -623,16 +606,19 @@ class Communicator:
         the rows received and where they start, as PyTorch's. ``input`` must
         be a symmetric tensor or in a registered buffer. Returns ``out``."""
         torch = require_torch("all_to_all_vdev_2d_offset")
-        dt, row, unit, ne = self._vdev_2d_args(torch, input, out, in_splits_offsets, "in_splits_offsets", 2,
-                                               out_splits_offsets)
+        dt, row, unit, ne = self._vdev_args(torch, input, out, in_splits_offsets, "in_splits_offsets",
+                                            out_splits_offsets, rows=2)
         self._lib.symmAllToAllvDevice2dOffset(input.data_ptr(), in_splits_offsets.data_ptr(), out.data_ptr(),
                                               out.numel() // row, out_splits_offsets.data_ptr(), ne, unit, dt,
                                               self.handle, self._stream(stream))
         return out
 
-    def _vdev_2d_args(self, torch, input, out, splits, name: str, rows: int, out_splits_offsets):
-        """The checks the 2-D all-to-all-v forms share: (library datatype,
-        tensor elements per row, library elements per row, local experts)."""
+    def _vdev_args(self, torch, input, out, splits, name: str, out_splits_offsets, rows: int = 0):
+        """The checks every device-count all-to-all shares: (library
+        datatype, tensor elements per row, library elements per row, local
+        experts). ``rows``: 0 for the 1-D form (world_size counts), else the
+        2-D forms' rows of ``splits`` (1: counts; 2: counts and offsets),
+        whose columns give the local experts."""
         self._tensor(input, "input")
         self._tensor(out, "out")
         self._tensor(splits, name)
@@ -640,12 +626,18 @@ class Communicator:
         if out.dtype != input.dtype or out.shape[1:] != input.shape[1:]:
             raise invalid(f"out ({out.dtype}, rows of {tuple(out.shape[1:])}) must match input "
                           f"({input.dtype}, rows of {tuple(input.shape[1:])})")
-        if splits.dtype != torch.int64:
-            raise invalid(f"{name} must be int64, not {splits.dtype}")
-        if rows == 2 and (splits.dim() != 2 or splits.shape[0] != 2):
-            raise invalid(f"{name} must have shape (2, local_experts x world_size), not {tuple(splits.shape)}")
-        ne = _experts_per_rank(splits.numel() // rows, self.world_size, name)
-        nsplits = ne * self.world_size
+        W = self.world_size
+        if rows == 0:
+            if splits.dtype != torch.int64 or splits.numel() != W:
+                raise invalid(f"{name} must be int64 with {W} elements, not {splits.dtype} with {splits.numel()}")
+            ne = 1
+        else:
+            if splits.dtype != torch.int64:
+                raise invalid(f"{name} must be int64, not {splits.dtype}")
+            if rows == 2 and (splits.dim() != 2 or splits.shape[0] != 2):
+                raise invalid(f"{name} must have shape (2, local_experts x world_size), not {tuple(splits.shape)}")
+            ne = _experts_per_rank(splits.numel() // rows, W, name)
+        nsplits = ne * W
         if out_splits_offsets.dtype != torch.int64 or out_splits_offsets.numel() != 2 * nsplits:
             raise invalid(f"out_splits_offsets must be int64 with 2 x {nsplits} elements, not "
                           f"{out_splits_offsets.dtype} with {out_splits_offsets.numel()}")
