@@ -94,8 +94,9 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_CHECK 16u     // compare (collective, count, dtype, op, root) across ranks
 #define SYMM_COLL_LOCAL 32u     // reduce-scatter: reduce a.src[0..n) locally, no cross-rank sync
 #define SYMM_COLL_PUSH 64u      // all-reduce two-shot: reduce the own slice from the peers' inputs and
-                                // store it into every rank's output; all-gather: store the own block
-                                // into every rank's output (symmetric/registered send and recv)
+                                // store it into every rank's output (symmetric/registered send and
+                                // recv); all-gather: store the own block into every rank's output
+                                // (symmetric/registered recv)
 #define SYMM_COLL_PIPE 128u     // two-shot all-reduce / reduce-scatter pipelined through scratch slots
                                 // with per-chunk flags (pipe.cuh)
 #define SYMM_COLL_CLASSIC 256u  // the copy and reduction loops of before (rank-order loads, one vector
@@ -192,10 +193,10 @@ static_assert(sizeof(SymmNormArgs) == sizeof(SymmCollArgs) + 8 * 4 + 8 + 16, "Sy
 // ---- All-to-all-v with the counts on the device (alltoallv_device.cu) ----
 struct SymmA2AVDevArgs {
   SymmCollArgs coll;           // send: this rank's input (src[r]: rank r's), recv: the output
-  const int64_t* splits;       // this rank's send count to each rank (elements), device memory
+  const int64_t* splits;       // this rank's send count to each rank (rows), device memory
   int64_t* out_splits_offsets; // [2][nranks]: the count received from each rank, its offset in recv
-  uint64_t send_capacity;      // elements from send to the end of its buffer
-  uint64_t recv_capacity;      // elements recv holds
+  uint64_t send_capacity;      // rows from send to the end of its buffer
+  uint64_t recv_capacity;      // rows recv holds
 };
 static_assert(sizeof(SymmA2AVDevArgs) == sizeof(SymmCollArgs) + 8 * 4, "SymmA2AVDevArgs layout");
 #define SYMM_A2AV_TAG 0xFD000000u  // SymmStatus mine[0]: an all-to-all-v's counts do not fit (mine[3]: which)
@@ -213,8 +214,8 @@ struct SymmA2AV2dArgs {
   const int64_t* splits;       // dispatch: [ns] counts, rank-major (q*ne+e); combine: [2][ns] counts
                                // and offsets in send, expert-major (e*nranks+p); device memory
   int64_t* out_splits_offsets; // [2][ns]: counts received and their offsets in recv, in output order
-  uint64_t send_capacity;      // elements from send to the end of its buffer
-  uint64_t recv_capacity;      // elements recv holds
+  uint64_t send_capacity;      // rows from send to the end of its buffer
+  uint64_t recv_capacity;      // rows recv holds
   uint64_t major_align;        // dispatch: each expert's group starts at a multiple (0, 1: none)
   uint32_t experts;            // ne
   uint32_t pad;

@@ -58,8 +58,9 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather(SymmCollArg
   SYMM_COLL_EPILOGUE(a, s)
 }
 
-// Push (SYMM_ALGO=push, send and recv symmetric/registered on every rank;
-// NCCL's symmetric "AllGather_ST" does the same): each rank stores its own
+// Push (`auto` at 2 and 4 ranks, SYMM_ALGO=push; recv symmetric/registered
+// on every rank, send any buffer, in place too; NCCL's symmetric
+// "AllGather_ST" does the same): each rank stores its own
 // block into every rank's output (a.scratch[r]: rank r's recvbuff as seen
 // here), so the bytes cross NVLink as posted writes instead of loads that
 // wait a round trip. The entry sync makes sure every peer has entered

@@ -30,7 +30,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
   SYMM_COLL_EPILOGUE(a, s)
 }
 
-// LL for small blocks (SYMM_ALGO=ll, out of place without overlap): every
+// LL for small blocks (`auto` and SYMM_ALGO=ll, out of place without overlap): every
 // rank sends block r of its input to rank r as LL packets, copies its own
 // block locally, and unpacks what each peer sent into block p of its
 // output: no cross-rank sync, the reduce-scatter LL kernel without the

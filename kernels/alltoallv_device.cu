@@ -1,6 +1,7 @@
 // All-to-all-v with the counts on the device (symmAllToAllvDevice, PyTorch's
 // all_to_all_vdev): rank p's input holds its blocks for ranks 0..n-1 back to
-// back, splits_p[q] elements for rank q; rank q's output receives them in
+// back, splits_p[q] rows for rank q (a row: a.elem_size bytes, the host's
+// rowElems elements; the kernels only move bytes); rank q's output receives them in
 // rank order, and out_splits_offsets gets the counts it received and where
 // each block starts. The counts never reach the host, so a CUDA graph
 // replays with new counts each time.
@@ -18,7 +19,7 @@
 // Counts that cannot be honoured move nothing, and the call records an
 // asynchronous error after the exit sync (so peers are not left waiting):
 // a negative count, or a rank whose counts run past its input, on every
-// rank (all see the same counts); more than recv_capacity elements for this
+// rank (all see the same counts); more than recv_capacity rows for this
 // rank, on this rank only.
 #include "coll.cuh"
 
@@ -93,11 +94,11 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoallv_device(Symm
 // PyTorch's all_to_all_vdev_2d and all_to_all_vdev_2d_offset) -------------
 // n ranks with ne local experts each; ns = n * ne blocks per rank.
 //   dispatch: rank p's input holds its blocks for (rank q, expert e) back to
-//     back in q-major order (splits[q*ne+e] elements each); rank r's output
+//     back in q-major order (splits[q*ne+e] rows each); rank r's output
 //     is expert-major: for e, for p, the block from rank p for expert e,
 //     each expert's group starting at a multiple of major_align.
 //   combine: rank r (owner of expert e) sends back to rank p the block of
-//     splits[e*n+p] elements at offset splits[ns+e*n+p] of its input; rank
+//     splits[e*n+p] rows at offset splits[ns+e*n+p] of its input; rank
 //     p's output is rank-major, packed: for q, for e, the block from q's e.
 // The same three syncs as the 1-D kernel. Between the first two, every
 // block publishes this rank's table in its scratch: [0, ns) the counts,

@@ -30,9 +30,9 @@ pub struct Algo {
     /// `push`: two-shot all-reduce with symmetric/registered send and recv
     /// reduces its slice from the peers' inputs and stores it into every
     /// rank's output, with a sync at entry and exit only
-    /// (kernels/allreduce_push.cu); all-gather with both buffers
-    /// symmetric/registered stores each rank's block into every rank's
-    /// output (kernels/allgather.cu).
+    /// (kernels/allreduce_push.cu); all-gather with a symmetric/registered
+    /// recvbuff stores each rank's block into every rank's output
+    /// (kernels/allgather.cu).
     pub push: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with

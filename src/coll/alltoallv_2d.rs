@@ -5,14 +5,14 @@
 //! Counts, offsets, capacities and `majorAlign` are in rows of `rowElems`
 //! elements (1: elements), as PyTorch counts rows along dim 0.
 //!
-//! - symmAllToAllvDevice2d (dispatch): `sendSplits[q*ne+e]` elements go to
+//! - symmAllToAllvDevice2d (dispatch): `sendSplits[q*ne+e]` rows go to
 //!   expert e of rank q, the blocks back to back in sendbuff in that order
 //!   (rank-major). Rank r's output is expert-major: for e, for p, the block
 //!   from rank p for expert e; each expert's group starts at a multiple of
-//!   `majorAlign` elements and at least that long (PyTorch's rule; 0: packed). `outSplitsOffsets[0][e*n+p]`
+//!   `majorAlign` rows and at least that long (PyTorch's rule; 0: packed). `outSplitsOffsets[0][e*n+p]`
 //!   and `[1][e*n+p]` get each block's count and offset in recvbuff.
 //! - symmAllToAllvDevice2dOffset (combine): `inSplitsOffsets[0][e*n+p]`
-//!   elements at `inSplitsOffsets[1][e*n+p]` of sendbuff go back from this
+//!   rows at `inSplitsOffsets[1][e*n+p]` of sendbuff go back from this
 //!   rank's expert e to rank p (offsets given, so the dispatch's padding may
 //!   stay). Rank p's output is rank-major and packed: for q, for e, the
 //!   block from rank q's expert e; `outSplitsOffsets[.][q*ne+e]` get the

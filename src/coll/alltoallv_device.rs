@@ -1,7 +1,7 @@
 //! symmAllToAllvDevice: all-to-all-v with the send counts in device memory
 //! (PyTorch's `all_to_all_vdev`, for mixture-of-experts dispatch, whose
 //! counts come from the router on the GPU). Rank p's input holds its block
-//! for each rank q back to back (`sendSplits[q]` elements, q in order); rank
+//! for each rank q back to back (`sendSplits[q]` rows, q in order); rank
 //! q's output receives the blocks in rank order, and `outSplitsOffsets`
 //! (2 x nranks, device) gets the count received from each rank and the
 //! offset where its block starts. Nothing goes through the host: one kernel

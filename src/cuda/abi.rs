@@ -188,7 +188,7 @@ const _: () = assert!(std::mem::size_of::<A2AVDevArgs>() == std::mem::size_of::<
 
 /// `SYMM_A2AV_TAG`: `Status::mine[0]` of an all-to-all-v whose counts could
 /// not be honoured; `mine[3]` 1: rank `mine[1]`'s counts are negative or run
-/// past its input; 2: this rank would receive `mine[1..3]` elements,
+/// past its input; 2: this rank would receive `mine[1..3]` rows,
 /// `theirs[1..3]` is its capacity.
 pub(crate) const A2AV_TAG: u32 = 0xFD00_0000;
 /// `SYMM_A2AV_FORM_SHIFT`, `SYMM_A2AV_FORM_2D`, `SYMM_A2AV_FORM_2D_OFFSET`:
