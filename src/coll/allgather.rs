@@ -57,12 +57,8 @@ fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
 /// different offset of it (sendbuff = recvbuff + rank * count), which a
 /// token over both buffers would report as ranks disagreeing.
 fn push_output(call: &Call, a: &mut CollArgs) -> bool {
-    let Some(r) = &call.recv_buf else { return false };
-    let roff = call.recv - r.start;
-    for k in 0..call.comm.nranks {
-        a.scratch[k] = r.peers[k] + roff;
-    }
-    let h = super::fnv(&[r.id, roff, 0x4147_5055]);
+    let Some((rid, roff)) = call.peer_outputs(a) else { return false };
+    let h = super::fnv(&[rid, roff, 0x4147_5055]);
     a.token = (h as u32 ^ (h >> 32) as u32) | 1;
     true
 }

@@ -240,14 +240,24 @@ impl Call<'_> {
     /// ([`Call::direct`] first) and the output lies in a symmetric or
     /// registered buffer too.
     pub fn direct_output(&self, a: &mut CollArgs) -> bool {
-        let (Some(s), Some(r)) = (&self.send_buf, &self.recv_buf) else { return false };
-        let (soff, roff) = (self.send - s.start, self.recv - r.start);
+        let Some(s) = &self.send_buf else { return false };
+        let Some((rid, roff)) = self.peer_outputs(a) else { return false };
+        let h = fnv(&[s.id, self.send - s.start, rid, roff, 0x5055_5348]);
+        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+        true
+    }
+
+    /// Every rank's copy of the recv buffer into `a.scratch` (where the
+    /// push kernels store), and the output's buffer id and offset for the
+    /// caller's token; `None` (nothing set) when the output is not in a
+    /// symmetric or registered buffer.
+    pub fn peer_outputs(&self, a: &mut CollArgs) -> Option<(u64, u64)> {
+        let r = self.recv_buf.as_ref()?;
+        let roff = self.recv - r.start;
         for k in 0..self.comm.nranks {
             a.scratch[k] = r.peers[k] + roff;
         }
-        let h = fnv(&[s.id, soff, r.id, roff, 0x5055_5348]);
-        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
-        true
+        Some((r.id, roff))
     }
 
     /// Let peers read the input where it is: every rank's copy, plus the
