@@ -418,7 +418,7 @@ static void overflow_case(struct tw *w, uint64_t seed) {
     TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "overflow: the stream did not drain");
     if (r->rank == 0) {
       char want[64];
-      snprintf(want, sizeof want, "receive %zu elements", need0);
+      snprintf(want, sizeof want, "receive %zu rows", need0);
       expect_refused_on_device(w, &b, i, want, "overflow");
     } else {
       symmResult_t async = symmInternalError;

@@ -237,7 +237,7 @@ static void overflow_case(struct tw *w) {
     char msg[1024], want[64];
     const char *m = tu_last_error(r->comm, msg, sizeof msg);
     if (r->rank == 0) {
-      snprintf(want, sizeof want, "receive %zu elements", need0);
+      snprintf(want, sizeof want, "receive %zu rows", need0);
       TW_CHECK(r, async == symmInvalidUsage, "overflow: rank 0's async error is %s, expected symmInvalidUsage",
                tu_result_name(async));
       TW_CHECK(r, tu_contains_ci(m, want) && tu_contains_ci(m, "recvCapacity"),
