@@ -133,8 +133,10 @@ static unsigned fill_grid(size_t n) {
 
 enum table { T_ONESHOT, T_RMSNORM };
 /* V_NCCL_WINDOW: ncclAllReduce on the window-registered buffers; V_LIB
- * (table rmsnorm): symmAllReduceAddRMSNorm. */
-enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, NVARIANTS };
+ * (table rmsnorm): symmAllReduceAddRMSNorm; V_ALONE (table rmsnorm):
+ * symmAllReduce alone on the same input, the floor the fused call is held
+ * to ("within 1 us of the all-reduce alone"). */
+enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, V_ALONE, NVARIANTS };
 
 static int is_nccl(enum variant v) {
   return v == V_NCCL || v == V_NCCL_WINDOW;
@@ -195,7 +197,7 @@ static void enqueue(const struct shape *s, enum variant v) {
     return;
   }
   CUdeviceptr sum = v == V_SYMM ? R.out : nccl_out(v);
-  if (v == V_SYMM)
+  if (v == V_SYMM || v == V_ALONE)
     check_symm(symmAllReduce((const void *)(uintptr_t)R.in, (void *)(uintptr_t)R.out, s->elems, symmBfloat16, symmSum,
                              R.r->comm, R.r->stream),
                "symmAllReduce");
@@ -203,6 +205,7 @@ static void enqueue(const struct shape *s, enum variant v) {
     check_nccl(bn.AllReduce((const void *)(uintptr_t)nccl_in(v), (void *)(uintptr_t)nccl_out(v), s->elems,
                             symmBfloat16, symmSum, R.nccl, R.r->stream),
                "ncclAllReduce");
+  if (v == V_ALONE) return;
   void *p[] = {&sum, &R.residual, &R.weight, &R.rms_out, &tokens, &hidden, &eps};
   launch(R.add_rms_norm, blocks, RMS_THREADS, smem, p, "db_add_rms_norm");
 }
@@ -283,6 +286,16 @@ static uint64_t check_output(struct tw *w, const struct shape *s, enum variant v
     return bad;
   }
   uint16_t *h = R.host;
+  if (v == V_ALONE) {
+    /* The sums of db_x: multiples of 1/64 below 2, exact in bf16. */
+    TW_CU(tu_cu.cuMemcpyDtoH(h, R.out, s->elems * 2));
+    for (size_t i = 0; i < s->elems; i++) {
+      double want = 0;
+      for (int r = 0; r < w->nranks; r++) want += host_x(r, i);
+      bad += cw_bf16_to_float(h[i]) != (float)want;
+    }
+    return bad;
+  }
   TW_CU(tu_cu.cuMemcpyDtoH(h, R.rms_out, s->elems * 2));
   for (int t = 0; t < s->tokens; t++) {
     const size_t row = (size_t)t * s->hidden;
@@ -344,7 +357,8 @@ static uint64_t run_table(struct tw *w, enum table t) {
                            : "");
       printf("# columns: size (B) | tokens | hidden | fused (us) | symmAllReduce + norm (us) | NCCL + norm (us)%s | "
              "(symm + norm) / fused | (NCCL + norm) / fused%s | symmAllReduceAddRMSNorm (us) | "
-             "(symm + norm) / symmAllReduceAddRMSNorm | (NCCL + norm) / symmAllReduceAddRMSNorm | #wrong\n",
+             "(symm + norm) / symmAllReduceAddRMSNorm | (NCCL + norm) / symmAllReduceAddRMSNorm | "
+             "symmAllReduce alone (us) | symmAllReduceAddRMSNorm - alone (us) | #wrong\n",
              O.nccl_window ? " | NCCL window + norm (us)" : "", O.nccl_window ? " | (NCCL window + norm) / fused" : "");
     }
     fflush(stdout);
@@ -363,6 +377,7 @@ static uint64_t run_table(struct tw *w, enum table t) {
       for (int v = 0; v < NVARIANTS; v++) {
         if ((v == V_NCCL && !O.vs_nccl) || (v == V_NCCL_WINDOW && !O.nccl_window)) continue;
         if (v == V_LIB && (t != T_RMSNORM || s.hidden % 8 != 0)) continue;
+        if (v == V_ALONE && t != T_RMSNORM) continue;
         prepare(w, &s, (enum variant)v);
         us[v] = time_graph(w, &s, (enum variant)v);
         if (O.check) {
@@ -401,6 +416,13 @@ static uint64_t run_table(struct tw *w, enum table t) {
           ratio(us[V_SYMM], us[V_LIB], r4, sizeof r4);
           ratio(us[V_NCCL], us[V_LIB], r5, sizeof r5);
           printf("  %9s  %7s  %7s", l, r4, r5);
+          char alone[32], extra[32];
+          fmt(us[V_ALONE], alone, sizeof alone);
+          if (us[V_LIB] > 0 && us[V_ALONE] > 0)
+            snprintf(extra, sizeof extra, "%.2f", us[V_LIB] - us[V_ALONE]);
+          else
+            snprintf(extra, sizeof extra, "-");
+          printf("  %9s  %7s", alone, extra);
         }
         printf("  %6s\n", wb);
         fflush(stdout);

@@ -15,6 +15,11 @@
 // fresh inputs; every rank checks `out` and `residual` against a host fp64
 // reference and prints the largest error. Exit status 0 when every error
 // is within bf16 rounding, 77 when there is no GPU.
+//
+// A teaching example of the device API, kept simple: one row per block and
+// 2-byte peer loads make it 3-8x slower than the library's
+// symmAllReduceAddRMSNorm (LL packets, 16-byte loads; 4 x H200,
+// docs/perf/measure-4xH200-2026-11-27-s5.md). For speed, call that.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
