@@ -281,8 +281,8 @@ impl Comm {
             abi::DEV_TIMEOUT => err!(
                 symmTimeout,
                 "rank {}: {op} timed out after {waited:.1} s waiting for rank {} (SYMM_TIMEOUT={:.1} s; wait detail {:#x}, \
-                 the kernel's code for which wait); the communicator is unusable, abort it",
-                s.rank, s.peer, self.timeout_ns as f64 / 1e9, s.detail
+                 the kernel's code for which wait){}; the communicator is unusable, abort it",
+                s.rank, s.peer, self.timeout_ns as f64 / 1e9, s.detail, mismatch_hint(s.op)
             ),
             abi::DEV_ABORTED => err!(symmRemoteError, "rank {}: {op} stopped because the communicator was aborted", s.rank),
             abi::DEV_MISMATCH => mismatch_error(&s),
@@ -480,6 +480,20 @@ fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
         PIPE_TWO_SHOT => "the pipelined two-shot kernel",
         PIPE => "the pipelined kernel",
         _ => "an unknown kernel",
+    }
+}
+
+/// What a collective's timeout may mean besides a dead or stalled peer.
+/// The LL packets and the point-to-point engine do not compare the ranks'
+/// calls (only SYMM_CHECK's synced kernels do), so ranks that disagree on
+/// a count, a peer or a buffer class (symmetric on one rank, plain on
+/// another: a different algorithm) wait for data that never comes.
+fn mismatch_hint(op: u32) -> &'static str {
+    if op == OpId::Collective as u32 {
+        "; if that rank is alive and calling, the ranks' calls may differ (count, datatype, a send without its \
+         receive, a buffer symmetric on one rank and plain on another): SYMM_CHECK=1 compares collectives' calls"
+    } else {
+        ""
     }
 }
 
