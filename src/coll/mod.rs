@@ -21,7 +21,6 @@ pub mod alltoall;
 pub mod alltoallv;
 pub mod alltoallv_2d;
 pub mod alltoallv_device;
-mod algo;
 pub mod broadcast;
 pub mod copy_engine;
 pub mod p2p;
@@ -30,7 +29,10 @@ pub mod reduce;
 pub mod reduce_scatter;
 pub mod timeline;
 
-pub use algo::{Algo, AlgoCell, Base, P2PShape};
+pub use crate::comm::algo::{self, Algo, AlgoCell, Base, P2PShape};
+pub use crate::comm::coll_state::{CheckCache, CollState};
+pub(crate) use crate::comm::coll_state::LL_MAX_BYTES;
+pub use crate::cuda::abi::CollId;
 #[cfg(test)]
 mod pipe_model;
 
@@ -39,41 +41,11 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use crate::comm::Comm;
-use crate::cuda::abi::{self, CollArgs, OpId, COLL_MAX_BLOCKS, COLL_THREADS, MAX_RANKS};
+use crate::cuda::abi::{self, CollArgs, OpId, COLL_THREADS};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
 use crate::memory::index::{BufferEntry, BufferKind};
-
-/// Collective ids (`SymmCollId`), for descriptors and messages.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollId {
-    AllReduce = 1,
-    AllGather = 2,
-    ReduceScatter = 3,
-    Broadcast = 4,
-    Reduce = 5,
-    AllToAll = 6,
-}
-
-impl CollId {
-    pub fn from_raw(v: u32) -> Option<CollId> {
-        use CollId::*;
-        [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll].into_iter().find(|c| *c as u32 == v)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CollId::AllReduce => "symmAllReduce",
-            CollId::AllGather => "symmAllGather",
-            CollId::ReduceScatter => "symmReduceScatter",
-            CollId::Broadcast => "symmBroadcast",
-            CollId::Reduce => "symmReduce",
-            CollId::AllToAll => "symmAllToAll",
-        }
-    }
-}
 
 /// What `auto` means at each rank count, chosen from the A/B sweep on
 /// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
@@ -129,9 +101,6 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
 pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool {
     defaulted && PUSH_DEFAULT_RANKS.contains(&nranks)
 }
-
-/// Data bytes one LL slot holds (one rank's contribution to one call).
-pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
 
 /// Largest message (per rank's contribution) sent as LL packets by default
 /// with two ranks, and at [`LL_FULL_RANKS`] ranks for [`LL_FULL_COLLS`]. On 2 x H200 (docs/PERFORMANCE.md)
@@ -426,46 +395,6 @@ fn fnv(words: &[u64]) -> u64 {
     crate::fnv::fnv1a64_words(words.iter().copied())
 }
 
-/// Per-communicator state of the collectives, made at init.
-pub struct CollState {
-    /// Rank r's scratch base, as seen here: [in 0][in 1][out 0][out 1].
-    pub scratch: [u64; MAX_RANKS],
-    /// Bytes of one scratch half.
-    pub half: u64,
-    /// Rank r's point-to-point staging slots, as seen here.
-    pub p2p_slots: [u64; MAX_RANKS],
-    pub p2p_slot_bytes: u64,
-    /// Rank r's LL packet slots [parity][source], as seen here.
-    pub ll: [u64; MAX_RANKS],
-    pub ll_slot: u64,
-    /// Largest grid: the same on every rank.
-    pub max_grid: u32,
-    pub check: bool,
-    pub algo: AlgoCell,
-    /// SYMM_TIMELINE=1: the kernels' per-block phase events
-    /// (COLL_MAX_BLOCKS x (1 + TL_EVENTS) `TlEvent`s).
-    pub timeline: Option<crate::cuda::buffer::DeviceBuffer>,
-    /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
-    pub copy_engine: std::sync::atomic::AtomicBool,
-    pub checks: CheckCache,
-    /// Input paths already logged at INFO, one bit per (collective, path).
-    pub paths: std::sync::atomic::AtomicU64,
-}
-
-impl CollState {
-    pub fn copy_engine(&self) -> bool {
-        self.copy_engine.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl CollState {
-    pub fn max_grid(min_sm_count: usize, ranks_on_my_gpu: usize) -> u32 {
-        // Ranks sharing a GPU (test-only mode) must all fit at once: their
-        // kernels wait on each other.
-        (min_sm_count / ranks_on_my_gpu.max(1)).clamp(1, COLL_MAX_BLOCKS) as u32
-    }
-}
-
 /// How many `count`-element blocks a buffer holds, relative to the
 /// communicator (resolved in [`Request::validate`], which has it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -581,46 +510,6 @@ impl Request {
             algo: default_algo(chosen, comm.nranks),
             defaulted: chosen == Algo::AUTO,
         }))
-    }
-}
-
-/// What the per-call checks of plain buffers and streams learned, so a
-/// training loop that passes the same buffers and stream each step pays
-/// for the driver queries once (SYMM_CHECK=1 queries every call). A stale
-/// entry lets a call through unchecked: a destroyed stream's handle fails
-/// at the launch, but a freed buffer passed again reaches the kernel (as
-/// with NCCL, which checks nothing); SYMM_CHECK=1 catches both.
-#[derive(Default)]
-pub struct CheckCache {
-    stream: std::sync::atomic::AtomicUsize,
-    /// Plain allocations of this device, [start, end), most recent first.
-    ranges: parking_lot::Mutex<[(u64, u64); CHECK_CACHE_RANGES]>,
-}
-
-/// Plain allocations the check cache remembers: enough for the op with the
-/// most buffers (the fused norm: input, out, residual, residualOut, weight)
-/// and a few more, so a step that passes the same tensors asks the driver
-/// nothing.
-const CHECK_CACHE_RANGES: usize = 8;
-
-impl CheckCache {
-    fn knows_range(&self, ptr: u64, bytes: u64) -> bool {
-        let end = ptr.saturating_add(bytes);
-        self.ranges.lock().iter().any(|&(s, e)| s < e && s <= ptr && end <= e)
-    }
-
-    fn remember_range(&self, range: (u64, u64)) {
-        let mut r = self.ranges.lock();
-        r.rotate_right(1);
-        r[0] = range;
-    }
-
-    fn knows_stream(&self, stream: CUstream) -> bool {
-        self.stream.load(std::sync::atomic::Ordering::Relaxed) == stream as usize
-    }
-
-    fn remember_stream(&self, stream: CUstream) {
-        self.stream.store(stream as usize, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -798,34 +687,5 @@ mod tests {
             let last = count - (rounds - 1) * chunk;
             assert!(chunk - last <= step * rounds, "{count} in {max}: last round {last} of {chunk}");
         }
-    }
-
-    #[test]
-    fn check_cache_remembers_recent_ranges() {
-        let c = CheckCache::default();
-        assert!(!c.knows_range(0, 1), "an empty cache knows nothing, not even address 0");
-        c.remember_range((0x1000, 0x2000));
-        assert!(c.knows_range(0x1000, 0x1000));
-        assert!(c.knows_range(0x1800, 16));
-        assert!(!c.knows_range(0x1800, 0x801), "past the end");
-        assert!(!c.knows_range(0xfff, 2), "before the start");
-        assert!(!c.knows_range(u64::MAX - 1, 8));
-        for k in 0..CHECK_CACHE_RANGES as u64 {
-            c.remember_range((0x10_0000 * (k + 1), 0x10_0000 * (k + 1) + 64));
-        }
-        assert!(!c.knows_range(0x1000, 1), "the oldest of CHECK_CACHE_RANGES + 1 ranges is forgotten");
-        assert!(c.knows_range(0x10_0000, 64));
-        let s = 0x5555usize as CUstream;
-        assert!(!c.knows_stream(s));
-        c.remember_stream(s);
-        assert!(c.knows_stream(s));
-    }
-
-    #[test]
-    fn coll_ids_round_trip() {
-        for v in 1..=6 {
-            assert_eq!(CollId::from_raw(v).unwrap() as u32, v);
-        }
-        assert!(CollId::from_raw(0).is_none());
     }
 }

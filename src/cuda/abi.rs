@@ -40,6 +40,36 @@ impl OpId {
     }
 }
 
+/// Collective ids (`SymmCollId`), for descriptors and messages.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollId {
+    AllReduce = 1,
+    AllGather = 2,
+    ReduceScatter = 3,
+    Broadcast = 4,
+    Reduce = 5,
+    AllToAll = 6,
+}
+
+impl CollId {
+    pub fn from_raw(v: u32) -> Option<CollId> {
+        use CollId::*;
+        [AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll].into_iter().find(|c| *c as u32 == v)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollId::AllReduce => "symmAllReduce",
+            CollId::AllGather => "symmAllGather",
+            CollId::ReduceScatter => "symmReduceScatter",
+            CollId::Broadcast => "symmBroadcast",
+            CollId::Reduce => "symmReduce",
+            CollId::AllToAll => "symmAllToAll",
+        }
+    }
+}
+
 /// `SymmErrorKind`.
 pub(crate) const DEV_OK: u32 = 0;
 pub(crate) const DEV_TIMEOUT: u32 = 1;
@@ -402,4 +432,17 @@ pub(crate) fn device_status_error(s: &Status, timeout_ns: u64) -> Error {
 
 fn cmp_name(c: u32) -> &'static str {
     ["==", "!=", ">=", ">", "<=", "<"].get(c as usize).copied().unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coll_ids_round_trip() {
+        for v in 1..=6 {
+            assert_eq!(CollId::from_raw(v).unwrap() as u32, v);
+        }
+        assert!(CollId::from_raw(0).is_none());
+    }
 }

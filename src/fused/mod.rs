@@ -23,7 +23,7 @@ pub mod matmul_reduce_scatter;
 pub mod state;
 
 /// Fused-op ids in the call descriptors the start sync compares (defined
-/// in cuda::abi, where comm.rs names them in messages).
+/// in cuda::abi, where src/comm names them in messages).
 pub(crate) use crate::cuda::abi::{DESC_ALLGATHER_MATMUL as FUSED_ALLGATHER_MATMUL, DESC_MATMUL_REDUCE_SCATTER as FUSED_MATMUL_REDUCE_SCATTER};
 
 /// Default pipeline chunks per rank's shard for all-gather-matmul, before

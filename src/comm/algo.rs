@@ -3,7 +3,7 @@
 //! sized send/recv kernel's shape, parsed from tokens, packed into one word
 //! per communicator (a cell the setter replaces at run time), and printed
 //! back. What `auto` means per rank count lives with the collectives
-//! (mod.rs).
+//! (src/coll/mod.rs).
 
 use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT};
 

@@ -1,6 +1,9 @@
 //! Communicator lifecycle: creation (one rank per process, or every local
 //! GPU from one process), the checks that make a group usable, and teardown.
 
+pub mod algo;
+pub mod coll_state;
+
 use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,16 +14,15 @@ use crate::bootstrap::local::LocalGroup;
 use crate::bootstrap::{Bootstrap, BootstrapConfig, Transport, UniqueId};
 use crate::config;
 use crate::cuda::abi::{
-    self, CollArgs, FlagArgs, OpId, P2PArgs, P2POp, Status, TlEvent, WaitCtx, COLL_MAX_BLOCKS, MAX_RANKS, P2P_MAX_OPS,
-    TL_EVENTS,
+    self, CollArgs, FlagArgs, OpId, P2PArgs, P2POp, Status, WaitCtx, MAX_RANKS, P2P_MAX_OPS,
 };
 use crate::cuda::buffer::{DeviceBuffer, HostMapped};
 use crate::cuda::cu;
 use crate::cuda::device::{self, Device};
 use crate::error::{bail, err, symmResult_t, Error, Result};
 use crate::memory::pad::{self, SignalPads};
-use crate::coll::{Algo, AlgoCell, CollState, LL_MAX_BYTES};
 use crate::memory::{symmetric, CommMemory, SymmSpace};
+use coll_state::CollState;
 
 /// What every rank tells the others at init.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,7 +228,7 @@ impl Comm {
         let user: Vec<u64> = pads[..nranks].iter().map(|a| a + pad::USER_OFFSET as u64).collect();
         let user_table = DeviceBuffer::zeroed(&p.device, 8 * nranks)?;
         user_table.write(&user)?;
-        let coll = coll_state(&p)?;
+        let coll = coll_state::coll_state(&p)?;
         let status = HostMapped::zeroed(&p.device, std::mem::size_of::<Status>())?;
         let status_dev = status.device_ptr()?;
         Ok(Comm {
@@ -430,7 +432,7 @@ fn busiest_gpu_ranks<T: PartialEq>(gpu_of_rank: impl Iterator<Item = T> + Clone)
 
 /// Describe a call descriptor recorded by a kernel (kernels/coll.cuh).
 fn describe_call(d: &[u32; abi::DESC_WORDS]) -> String {
-    use crate::coll::CollId;
+    use crate::cuda::abi::CollId;
     if let Some(name) = fused_op_name(d[0] >> 24) {
         // src/fused: op << 24 | aType << 16 | cType << 8 | bType << 2 | transB;
         // mShard; a hash of the other shapes, layouts and chunks.
@@ -545,7 +547,7 @@ fn mismatch_error(s: &Status) -> Error {
              or plain) for sendbuff and for recvbuff on every rank",
             s.rank,
             s.peer,
-            crate::coll::CollId::from_raw(s.mine[0] >> 24).map_or("the collective", |c| c.name()),
+            abi::CollId::from_raw(s.mine[0] >> 24).map_or("the collective", |c| c.name()),
             protocol_name(&s.mine),
             s.peer,
             protocol_name(&s.theirs),
@@ -558,8 +560,8 @@ fn mismatch_error(s: &Status) -> Error {
         } else {
             input(s.theirs[3])
         };
-        let coll = crate::coll::CollId::from_raw(s.mine[0] >> 24);
-        let rows = if coll == Some(crate::coll::CollId::AllToAll) {
+        let coll = abi::CollId::from_raw(s.mine[0] >> 24);
+        let rows = if coll == Some(abi::CollId::AllToAll) {
             " (the device-count all-to-alls also need the same rowElems on every rank)"
         } else {
             ""
@@ -587,52 +589,6 @@ fn mismatch_error(s: &Status) -> Error {
     )
 }
 
-/// Bytes of each point-to-point staging slot (two per peer).
-const P2P_SLOT_BYTES: usize = 2 << 20;
-
-/// Collective: the staging scratch and point-to-point slots, and the
-/// collective settings every rank derives identically.
-fn coll_state(p: &Parts) -> Result<CollState> {
-    let nranks = p.peers.len();
-    let cfg = config::get();
-    let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
-    let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
-    let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
-    let ll_slot = 2 * LL_MAX_BYTES as usize; // a packet carries 8 data bytes in 16
-    let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
-    let mut scratch = [0u64; MAX_RANKS];
-    let mut p2p_slots = [0u64; MAX_RANKS];
-    let mut ll_slots = [0u64; MAX_RANKS];
-    for r in 0..nranks {
-        scratch[r] = p.mem.space.slot(r) + base;
-        p2p_slots[r] = p.mem.space.slot(r) + p2p;
-        ll_slots[r] = p.mem.space.slot(r) + ll;
-    }
-    let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
-    let sharing = busiest_gpu_ranks(p.peers.iter().map(|q| &q.pci_bus_id));
-    let algo = Algo::from_env();
-    let timeline = if cfg.timeline {
-        let bytes = COLL_MAX_BLOCKS * (1 + TL_EVENTS) * std::mem::size_of::<TlEvent>();
-        Some(DeviceBuffer::zeroed(&p.device, bytes)?)
-    } else {
-        None
-    };
-    Ok(CollState {
-        scratch,
-        half: half as u64,
-        p2p_slots,
-        p2p_slot_bytes: P2P_SLOT_BYTES as u64,
-        ll: ll_slots,
-        ll_slot: ll_slot as u64,
-        max_grid: CollState::max_grid(min_sm, sharing),
-        check: cfg.check,
-        algo: AlgoCell::new(algo),
-        timeline,
-        copy_engine: p.settings.copy_engine.into(),
-        checks: Default::default(),
-        paths: Default::default(),
-    })
-}
 
 /// Open the GPUs of other ranks that live in this process (threads calling
 /// symmCommInitRank) and enable peer access to them, so their cudaMalloc

@@ -1,0 +1,173 @@
+//! The communicator's collective resources and settings, made at init:
+//! every rank's scratch, point-to-point and LL slots as this rank sees
+//! them, the largest grid, the algorithm choice (`SYMM_ALGO`,
+//! `symmCommSetAlgorithm`) and what the per-call checks remember. The
+//! collectives (src/coll) read it through `Comm::coll`; it lives here,
+//! below them, because the communicator owns it.
+
+use cudarc::driver::sys::CUstream;
+
+use crate::config;
+use crate::cuda::abi::{TlEvent, COLL_MAX_BLOCKS, MAX_RANKS, TL_EVENTS};
+use crate::cuda::buffer::DeviceBuffer;
+use crate::error::Result;
+use crate::memory::symmetric;
+
+use super::algo::{Algo, AlgoCell};
+use super::{busiest_gpu_ranks, Parts};
+
+/// Data bytes one LL slot holds (one rank's contribution to one call).
+pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
+
+/// Per-communicator state of the collectives, made at init.
+pub struct CollState {
+    /// Rank r's scratch base, as seen here: [in 0][in 1][out 0][out 1].
+    pub scratch: [u64; MAX_RANKS],
+    /// Bytes of one scratch half.
+    pub half: u64,
+    /// Rank r's point-to-point staging slots, as seen here.
+    pub p2p_slots: [u64; MAX_RANKS],
+    pub p2p_slot_bytes: u64,
+    /// Rank r's LL packet slots [parity][source], as seen here.
+    pub ll: [u64; MAX_RANKS],
+    pub ll_slot: u64,
+    /// Largest grid: the same on every rank.
+    pub max_grid: u32,
+    pub check: bool,
+    pub algo: AlgoCell,
+    /// SYMM_TIMELINE=1: the kernels' per-block phase events
+    /// (COLL_MAX_BLOCKS x (1 + TL_EVENTS) `TlEvent`s).
+    pub timeline: Option<crate::cuda::buffer::DeviceBuffer>,
+    /// All-gather and reduce-scatter on the copy engines (symmCommSetCopyEngine).
+    pub copy_engine: std::sync::atomic::AtomicBool,
+    pub checks: CheckCache,
+    /// Input paths already logged at INFO, one bit per (collective, path).
+    pub paths: std::sync::atomic::AtomicU64,
+}
+
+impl CollState {
+    pub fn copy_engine(&self) -> bool {
+        self.copy_engine.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl CollState {
+    pub fn max_grid(min_sm_count: usize, ranks_on_my_gpu: usize) -> u32 {
+        // Ranks sharing a GPU (test-only mode) must all fit at once: their
+        // kernels wait on each other.
+        (min_sm_count / ranks_on_my_gpu.max(1)).clamp(1, COLL_MAX_BLOCKS) as u32
+    }
+}
+
+/// What the per-call checks of plain buffers and streams learned, so a
+/// training loop that passes the same buffers and stream each step pays
+/// for the driver queries once (SYMM_CHECK=1 queries every call). A stale
+/// entry lets a call through unchecked: a destroyed stream's handle fails
+/// at the launch, but a freed buffer passed again reaches the kernel (as
+/// with NCCL, which checks nothing); SYMM_CHECK=1 catches both.
+#[derive(Default)]
+pub struct CheckCache {
+    stream: std::sync::atomic::AtomicUsize,
+    /// Plain allocations of this device, [start, end), most recent first.
+    ranges: parking_lot::Mutex<[(u64, u64); CHECK_CACHE_RANGES]>,
+}
+
+/// Plain allocations the check cache remembers: enough for the op with the
+/// most buffers (the fused norm: input, out, residual, residualOut, weight)
+/// and a few more, so a step that passes the same tensors asks the driver
+/// nothing.
+const CHECK_CACHE_RANGES: usize = 8;
+
+impl CheckCache {
+    pub(crate) fn knows_range(&self, ptr: u64, bytes: u64) -> bool {
+        let end = ptr.saturating_add(bytes);
+        self.ranges.lock().iter().any(|&(s, e)| s < e && s <= ptr && end <= e)
+    }
+
+    pub(crate) fn remember_range(&self, range: (u64, u64)) {
+        let mut r = self.ranges.lock();
+        r.rotate_right(1);
+        r[0] = range;
+    }
+
+    pub(crate) fn knows_stream(&self, stream: CUstream) -> bool {
+        self.stream.load(std::sync::atomic::Ordering::Relaxed) == stream as usize
+    }
+
+    pub(crate) fn remember_stream(&self, stream: CUstream) {
+        self.stream.store(stream as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Bytes of each point-to-point staging slot (two per peer).
+const P2P_SLOT_BYTES: usize = 2 << 20;
+
+/// Collective: the staging scratch and point-to-point slots, and the
+/// collective settings every rank derives identically.
+pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
+    let nranks = p.peers.len();
+    let cfg = config::get();
+    let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
+    let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
+    let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
+    let ll_slot = 2 * LL_MAX_BYTES as usize; // a packet carries 8 data bytes in 16
+    let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
+    let mut scratch = [0u64; MAX_RANKS];
+    let mut p2p_slots = [0u64; MAX_RANKS];
+    let mut ll_slots = [0u64; MAX_RANKS];
+    for r in 0..nranks {
+        scratch[r] = p.mem.space.slot(r) + base;
+        p2p_slots[r] = p.mem.space.slot(r) + p2p;
+        ll_slots[r] = p.mem.space.slot(r) + ll;
+    }
+    let min_sm = p.peers.iter().map(|q| q.sm_count as usize).min().unwrap_or(1);
+    let sharing = busiest_gpu_ranks(p.peers.iter().map(|q| &q.pci_bus_id));
+    let algo = Algo::from_env();
+    let timeline = if cfg.timeline {
+        let bytes = COLL_MAX_BLOCKS * (1 + TL_EVENTS) * std::mem::size_of::<TlEvent>();
+        Some(DeviceBuffer::zeroed(&p.device, bytes)?)
+    } else {
+        None
+    };
+    Ok(CollState {
+        scratch,
+        half: half as u64,
+        p2p_slots,
+        p2p_slot_bytes: P2P_SLOT_BYTES as u64,
+        ll: ll_slots,
+        ll_slot: ll_slot as u64,
+        max_grid: CollState::max_grid(min_sm, sharing),
+        check: cfg.check,
+        algo: AlgoCell::new(algo),
+        timeline,
+        copy_engine: p.settings.copy_engine.into(),
+        checks: Default::default(),
+        paths: Default::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_cache_remembers_recent_ranges() {
+        let c = CheckCache::default();
+        assert!(!c.knows_range(0, 1), "an empty cache knows nothing, not even address 0");
+        c.remember_range((0x1000, 0x2000));
+        assert!(c.knows_range(0x1000, 0x1000));
+        assert!(c.knows_range(0x1800, 16));
+        assert!(!c.knows_range(0x1800, 0x801), "past the end");
+        assert!(!c.knows_range(0xfff, 2), "before the start");
+        assert!(!c.knows_range(u64::MAX - 1, 8));
+        for k in 0..CHECK_CACHE_RANGES as u64 {
+            c.remember_range((0x10_0000 * (k + 1), 0x10_0000 * (k + 1) + 64));
+        }
+        assert!(!c.knows_range(0x1000, 1), "the oldest of CHECK_CACHE_RANGES + 1 ranges is forgotten");
+        assert!(c.knows_range(0x10_0000, 64));
+        let s = 0x5555usize as CUstream;
+        assert!(!c.knows_stream(s));
+        c.remember_stream(s);
+        assert!(c.knows_stream(s));
+    }
+}
