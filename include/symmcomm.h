@@ -787,7 +787,10 @@ symmResult_t symmAllReduce(const void *sendbuff, void *recvbuff, size_t count, s
  * arithmetic, symmBfloat16, symmFloat16 or symmFloat32. Every rank gets
  * the whole output. `out` may be `input` and `residualOut` may be
  * `residual`; nothing else may overlap. Every pointer 16-byte aligned,
- * rows a multiple of 16 bytes, at most 64 KiB.
+ * rows a multiple of 16 bytes, at most 64 KiB. `residual` is expected to
+ * be the same on every rank, as tensor parallelism keeps it: the two-shot
+ * form (`SYMM_ALGO=ll`, from 3 ranks) adds it on the rank that owns the
+ * row and copies the result to the others.
  */
 symmResult_t symmAllReduceAddRMSNorm(const void *input, const void *residual, const void *weight, void *out, void *residualOut, size_t tokens, size_t hidden, float eps, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 

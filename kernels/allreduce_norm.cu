@@ -7,12 +7,26 @@
 // SYMM_NORM_MAX_UNITS 8-byte units of its row in registers, so the row is
 // read once, normalised with one block reduction, and written once.
 //
-// Two forms (src/coll/allreduce_norm.rs picks one):
+// Three forms (src/coll/allreduce_norm.rs picks one):
 //  - allreduce_norm_ll: for messages that fit the LL slots (decode sizes).
 //    Every rank sends its rows to every peer as LL packets (ll.cuh), then
 //    sums each unit over the ranks in rank order in fp32 (so every rank
 //    gets the same bits), adds the residual and normalises. One kernel, no
 //    cross-rank sync, any input buffer.
+//  - allreduce_norm_ll2 (two-shot, from 3 ranks, SYMM_ALGO=ll): for
+//    messages up to about nranks / 2 times the slots. Rank p owns rows
+//    [rows * p / n, rows * (p + 1) / n); every rank sends each peer the rows
+//    that peer owns, the owner sums them (rank order, fp32), adds its
+//    residual and sends the rounded residual_out rows back to every peer,
+//    with each row's sum of squares (taken before rounding, as in the other
+//    forms); every rank normalises every row from those, so out has the
+//    same bits everywhere and as in the one-shot form. Each rank sends
+//    (n - 1) / n of the message twice instead of n - 1 times. A slot holds
+//    the owner's share twice, the input rows coming in and the residual_out
+//    rows going back; the sums of squares, a packet a row, go to the
+//    receiver's own slot (source = itself), which no other form writes. The residual is the
+//    owner's: the same on every rank in tensor parallelism, which this
+//    form assumes.
 //  - add_norm: reads the sums from coll.send, where the library's
 //    all-reduce has left them in `out` (any size, any algorithm; or the
 //    input itself at one rank), adds and normalises into coll.recv.
@@ -52,11 +66,13 @@ template <uint32_t E> union Fp8Unit {
 };
 
 // Row `row`'s sums are in x (this thread's units k: unit threadIdx.x + k *
-// blockDim.x of the row): add the residual, store residual_out, normalise,
-// store out. Every thread of the block calls it (block reduction).
-template <typename T, int Q>
-__device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
-                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+// blockDim.x of the row): add the residual, store residual_out and keep
+// its rounded values in x; `sent(j, unit)` sees every residual_out unit
+// (the two-shot form sends it to the peers). Returns the thread's sum of
+// squares.
+template <typename T, typename Sent>
+__device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+                                                   float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], Sent sent) {
   constexpr uint32_t E = 8 / sizeof(T);
   float ss = 0.f;
 #pragma unroll
@@ -74,8 +90,19 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
       x[k][e] = to_acc(out.e[e]);  // normalise what residual_out holds
     }
     *reinterpret_cast<uint2*>(n.residual_out + off) = out.u;
+    sent(j, out.u);
   }
-  const float inv = rsqrtf(norm_block_reduce<false>(ss) / (float)n.hidden + n.eps);
+  return ss;
+}
+
+// Normalise row `row` from residual_out's values in x (squares: the row's
+// sum of squares, norm_block_reduce of norm_add_residual's) and store out.
+// Every thread of the block calls it (block reduction for the fp8 scale).
+template <typename T, int Q>
+__device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+                                               float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], float squares) {
+  constexpr uint32_t E = 8 / sizeof(T);
+  const float inv = rsqrtf(squares / (float)n.hidden + n.eps);
   float amax = 0.f;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
@@ -112,6 +139,14 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
     for (uint32_t e = 0; e < E; ++e) q.e[e] = __nv_fp8_e4m3(x[k][e] * rcp);  // saturates (satfinite)
     *reinterpret_cast<decltype(q.u)*>(n.coll.recv + (row * upr + j) * E) = q.u;
   }
+}
+
+// Both steps for a row whose sums are in x.
+template <typename T, int Q>
+__device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+  const float ss = norm_add_residual<T>(n, row, upr, x, [](uint64_t, uint2) {});
+  norm_scale_row<T, Q>(n, row, upr, x, norm_block_reduce<false>(ss));
 }
 
 template <typename T, int Q>
@@ -158,6 +193,114 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   ll_end(a, s, ok);
 }
 
+// The two-shot form's owner of rows: rank p owns [norm_owner_begin(p),
+// norm_owner_begin(p + 1)); at least one row each when rows >= nranks.
+__device__ __forceinline__ uint64_t norm_owner_begin(uint64_t rows, uint32_t nranks, uint32_t p) {
+  return rows * p / nranks;
+}
+// The p with norm_owner_begin(p) <= row < norm_owner_begin(p + 1).
+__device__ __forceinline__ uint32_t norm_owner(uint64_t rows, uint32_t nranks, uint64_t row) {
+  return (uint32_t)(((row + 1) * nranks - 1) / rows);
+}
+
+template <typename T, int Q>
+__device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
+  const SymmCollArgs& a = n.coll;
+  constexpr uint32_t E = 8 / sizeof(T);
+  const LLState s = ll_begin(a);
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
+  const uint64_t rows = n.rows;
+  // A slot, in packets: the input rows an owner receives [0, back), the
+  // residual_out rows coming back from it [back, 2 * back) (the host
+  // checked that they fit, and that a slot holds a packet per row).
+  const uint64_t back = (rows + a.nranks - 1) / a.nranks * upr;
+  const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
+  const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
+  // 1. The peers' rows to their owners first, so no owner waits on a row a
+  //    block of ours has not sent yet. A block sends, and later writes,
+  //    the rows blockIdx.x + k * gridDim.x: out may be the input.
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint32_t p = norm_owner(rows, a.nranks, row);
+    if (p == a.rank) continue;
+    uint4* slot = ll_slot(a, p, s.parity, a.rank) + (row - norm_owner_begin(rows, a.nranks, p)) * upr;
+    for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x)
+      ll_put(slot + j, *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8), s.flag);
+  }
+  bool ok = true;
+  // 2. Our rows: every rank's part in rank order, plus the residual; the
+  //    rounded residual_out goes back to every peer as it is stored.
+  for (uint64_t row = mine0 + blockIdx.x; row < mine1; row += gridDim.x) {
+    float x[SYMM_NORM_MAX_UNITS][E];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      for (uint32_t r = 0; r < a.nranks; ++r) {
+        LLUnit<T> in;
+        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
+        else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + (row - mine0) * upr + j, s.flag, r, &in.u)) {
+          ok = false;
+          in.u = make_uint2(0, 0);
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+      }
+    }
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+    const uint64_t at = back + (row - mine0) * upr;
+    const float ss = norm_add_residual<T>(n, row, upr, x, [&](uint64_t j, uint2 v) {
+      for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
+    });
+    const float squares = norm_block_reduce<false>(ss);
+    if (threadIdx.x == 0)
+      for (uint32_t k = 1; k < a.nranks; ++k)
+        ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, (a.rank + k) % a.nranks) + row,
+               make_uint2(__float_as_uint(squares), 0u), s.flag);
+    norm_scale_row<T, Q>(n, row, upr, x, squares);
+  }
+  // 3. The peers' rows: residual_out from their owner, normalised here.
+  for (uint64_t row = blockIdx.x; ok && row < rows; row += gridDim.x) {
+    const uint32_t p = norm_owner(rows, a.nranks, row);
+    if (p == a.rank) continue;
+    const uint64_t at = row - norm_owner_begin(rows, a.nranks, p);
+    const uint4* from = ll_slot(a, a.rank, s.parity, p) + back + at * upr;
+    uint2 sq = make_uint2(0u, 0u);
+    ok = ok && ll_get(a, ll_slot(a, a.rank, s.parity, a.rank) + row, s.flag, p, &sq);
+    float x[SYMM_NORM_MAX_UNITS][E];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      LLUnit<T> in;
+      if (!ok || !ll_get(a, from + j, s.flag, p, &in.u)) {
+        ok = false;
+        in.u = make_uint2(0, 0);
+      }
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
+    }
+    // Nothing is written from a row a thread did not receive whole.
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      LLUnit<T> out;
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) out.e[e] = from_acc<T>(x[k][e]);  // exact: x came from T
+      *reinterpret_cast<uint2*>(n.residual_out + (row * upr + j) * 8) = out.u;
+    }
+    norm_scale_row<T, Q>(n, row, upr, x, __uint_as_float(sq.x));
+  }
+  ll_end(a, s, ok);
+}
+
 template <typename T, int Q>
 __device__ void add_norm_body(const SymmNormArgs& n) {
   constexpr uint32_t E = 8 / sizeof(T);
@@ -188,6 +331,9 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
 #define SYMM_NORM_KERNELS(family, suffix, T)                                                                  \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_body, T)                                                          \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll2_##suffix(SymmNormArgs n) { \
+    SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_body, T)                                                          \
   }                                                                                                            \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_add_norm_##suffix(SymmNormArgs n) {             \
     SYMM_NORM_QUANT_SWITCH(add_norm_body, T)                                                                   \

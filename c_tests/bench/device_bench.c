@@ -319,6 +319,10 @@ static uint64_t check_output(struct tw *w, const struct shape *s, enum variant v
 
 static void header(struct tw *w) {
   bw_header_start(PROG, w, O.cmdline, O.vs_nccl ? O.nccl_lib : NULL);
+  /* The algorithm choice changes which form the library's columns run
+   * (scripts/perf-tables prints it under the table). */
+  const char *algo = getenv("SYMM_ALGO");
+  if (algo && *algo) printf("# environment: SYMM_ALGO=%s\n", algo);
   printf("# graph: %d calls per graph, %d timed replay(s) after an untimed one; time: CUDA events on each rank's "
          "stream after a host and a device barrier, slowest rank's mean per call\n",
          O.iters, O.replays);

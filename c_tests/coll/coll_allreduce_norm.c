@@ -12,6 +12,12 @@
  * outputs (symmAllReduceAddRMSNormFp8: a given scale and per-token scales),
  * and bad arguments (refused on each rank, nothing enqueued).
  *
+ * With SYMM_ALGO=ll from 3 ranks, the shapes between the one-shot LL limit
+ * and twice it take the two-shot LL form, where the rank that owns a row
+ * (rows * p / n onwards) adds its residual: one more case gives every rank
+ * a different residual and checks that each row's residualOut, on every
+ * rank, has its owner's (which the other forms would not give).
+ *
  * The inputs are multiples of 1/16 small enough that every sum and
  * residualOut are exact in each type: residualOut must equal the reference
  * exactly, and out must be within 2 units in the last place of the type
@@ -33,6 +39,11 @@ static double max_err[3];
 static double in_val(int r, size_t t, size_t h) { return (double)((int)((r * 7 + t * 13 + h * 3) % 17) - 8) / 16.0; }
 static double res_val(size_t t, size_t h) { return (double)((int)((t * 5 + h) % 11) - 5) / 8.0; }
 static double w_val(size_t h) { return 0.5 + (double)(h % 7) / 8.0; }
+/* The owner case (above): rank r's residual is res_val + r / 8, still exact. */
+static int residual_per_rank;
+static double rank_residual(int r) { return residual_per_rank ? (double)r / 8.0 : 0.0; }
+/* The two-shot form's owner of row t of `tokens` (kernels/allreduce_norm.cu). */
+static int row_owner(size_t t, size_t tokens, int n) { return (int)(((t + 1) * (size_t)n - 1) / tokens); }
 
 static int dt_index(int dt) { return dt == symmBfloat16 ? 0 : dt == symmFloat16 ? 1 : 2; }
 
@@ -66,7 +77,7 @@ static void upload_inputs(struct tw_rank *r, int dt, size_t tokens, size_t hidde
     for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
   CU_REQUIRE(tu_cu.cuMemcpyHtoD(in, host, bytes));
   for (size_t t = 0; t < tokens; t++)
-    for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h)));
+    for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h) + rank_residual(r->rank)));
   CU_REQUIRE(tu_cu.cuMemcpyHtoD(res, host, bytes));
   for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
   CU_REQUIRE(tu_cu.cuMemcpyHtoD(wt, host, hidden * es));
@@ -76,7 +87,7 @@ static void upload_inputs(struct tw_rank *r, int dt, size_t tokens, size_t hidde
 static void reference_sums(int n, size_t tokens, size_t hidden, double *x) {
   for (size_t t = 0; t < tokens; t++)
     for (size_t h = 0; h < hidden; h++) {
-      double v = res_val(t, h);
+      double v = res_val(t, h) + rank_residual(row_owner(t, tokens, n));
       for (int q = 0; q < n; q++) v += in_val(q, t, h);
       x[t * hidden + h] = v;
     }
@@ -301,9 +312,12 @@ static void bad_input(struct tw *w) {
 static void body(struct tw *w, void *ctx) {
   (void)ctx;
   if (tw_init_comms(w) != symmSuccess) return;
-  /* tokens x hidden: LL-sized (one row, a few, 16-byte rows) and from 2 MiB
-   * (the two-kernel form), and the widest row (64 KiB: 8 units a thread). */
-  static const size_t shapes[][2] = {{1, 4096}, {7, 1024}, {16, 8}, {48, 2048}, {300, 4096}};
+  /* tokens x hidden: LL-sized (one row, a few, 16-byte rows), 524 and 768
+   * KiB in 16 bits (above the one-shot LL limit: the two-shot LL form with
+   * SYMM_ALGO=ll from 3 ranks where it fits, else the two-kernel form),
+   * from 2 MiB (the two-kernel form), and the widest row (64 KiB: 8 units
+   * a thread). */
+  static const size_t shapes[][2] = {{1, 4096}, {7, 1024}, {16, 8}, {48, 2048}, {131, 2048}, {96, 4096}, {300, 4096}};
   for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
     const int dt = dtypes[d];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -314,10 +328,20 @@ static void body(struct tw *w, void *ctx) {
     run_case(w, dt, 2, dt == symmFloat32 ? 16384 : 32768, CW_STAGED, SEPARATE, 0);
     run_case(w, dt, 5, 4096, CW_SYMMETRIC, SEPARATE, 1);
     run_case(w, dt, 400, 2048, CW_STAGED, SEPARATE, 1);
+    run_case(w, dt, 131, 2048, CW_STAGED, SEPARATE, 1);
     /* fp8 outputs: the fused kernel and the two-kernel form (from 2 MiB). */
     run_fp8_case(w, dt, 1, 4096, 1);
     run_fp8_case(w, dt, 48, 2048, 0);
     run_fp8_case(w, dt, 300, 4096, 1);
+    run_fp8_case(w, dt, 131, 2048, 1);
+  }
+  const char *algo = getenv("SYMM_ALGO");
+  if (algo && !strcmp(algo, "ll") && w->nranks >= 3) {
+    /* 131 x 2048 bf16 fits the two-shot form at 3 to 8 ranks. */
+    residual_per_rank = 1;
+    run_case(w, symmBfloat16, 131, 2048, CW_STAGED, SEPARATE, 1);
+    run_case(w, symmBfloat16, 131, 2048, CW_SYMMETRIC, IN_PLACE, 0);
+    residual_per_rank = 0;
   }
   tw_log(w, "largest relative error of out against the fp64 reference: bf16 %.3g, fp16 %.3g, fp32 %.3g "
          "(bounds %.3g, %.3g, %.3g); residualOut exact", max_err[0], max_err[1], max_err[2], tolerance(symmBfloat16),

@@ -546,7 +546,7 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
-                                  ["--gpus", "1", "host"]])
+                                  ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -600,6 +600,9 @@ def test_device_measure_dry_run(tmp_path, args):
         assert names[1:5] == ["eager_c_n2", "eager_torch_n2_nccl", "eager_torch_n2_symm-auto", "eager_torch_n2_symm-symm"]
         assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
         assert names[names.index("eager_torch_n4_symm-symm") + 1:][:len(host)] == host
+    elif args[-1] == "norm:4:ll":
+        assert names == ["build", "norm_n4_h4096_ll", "norm_n4_h8192_ll"]
+        assert "SYMM_ALGO=ll " in (logs / "norm_n4_h4096_ll.log").read_text().splitlines()[0]
     else:
         assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
     # NCCL's window column beside its ordinary one wherever a benchmark has

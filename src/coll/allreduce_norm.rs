@@ -10,9 +10,12 @@
 //! Where the message fits the LL slots (decode sizes; the all-reduce's own
 //! LL limit) one kernel does it all with LL packets; above, the library's
 //! all-reduce leaves the sum in `out` and one kernel adds and normalises in
-//! place (the all-reduce plus a norm kernel, which it is; the fused
-//! two-shot form, each rank normalising its share of the rows, is not built
-//! yet). At one rank only the norm kernel runs.
+//! place (the all-reduce plus a norm kernel, which it is). Between the two,
+//! from 3 ranks and with `SYMM_ALGO=ll` only until a sweep has measured it,
+//! the two-shot LL form: each rank sums and adds the residual for its share
+//! of the rows, and the rows go back as LL packets (kernels/allreduce_norm.cu
+//! `allreduce_norm_ll2`; it takes the owner's residual, the same on every
+//! rank in tensor parallelism). At one rank only the norm kernel runs.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -21,7 +24,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
-use super::{allreduce, CollId, Request};
+use super::{allreduce, Base, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE};
 use crate::cuda::launch::{self, LaunchConfig};
@@ -53,15 +56,37 @@ pub struct NormRequest {
     pub output: NormOutput,
 }
 
+/// The kernels of the three forms, for one element type.
+struct Kernels {
+    ll: &'static CStr,
+    ll_two_shot: &'static CStr,
+    add_norm: &'static CStr,
+}
+
 /// Kernel names for the element types the op exists for.
-fn kernels(dtype: symmDataType_t) -> Option<(&'static CStr, &'static CStr)> {
+fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
     use symmDataType_t::*;
-    match dtype {
-        symmBfloat16 => Some((c"symm_allreduce_norm_ll_bf16", c"symm_add_norm_bf16")),
-        symmFloat16 => Some((c"symm_allreduce_norm_ll_f16", c"symm_add_norm_f16")),
-        symmFloat32 => Some((c"symm_allreduce_norm_ll_f32", c"symm_add_norm_f32")),
-        _ => None,
+    let (ll, ll_two_shot, add_norm) = match dtype {
+        symmBfloat16 => (c"symm_allreduce_norm_ll_bf16", c"symm_allreduce_norm_ll2_bf16", c"symm_add_norm_bf16"),
+        symmFloat16 => (c"symm_allreduce_norm_ll_f16", c"symm_allreduce_norm_ll2_f16", c"symm_add_norm_f16"),
+        symmFloat32 => (c"symm_allreduce_norm_ll_f32", c"symm_allreduce_norm_ll2_f32", c"symm_add_norm_f32"),
+        _ => return None,
+    };
+    Some(Kernels { ll, ll_two_shot, add_norm })
+}
+
+/// Whether the two-shot LL form serves `tokens` rows of `row_bytes` at
+/// `nranks` ranks with LL slots of `ll_slot` bytes: every rank owns a row
+/// (so every call hears from every peer, which the slots' two parities
+/// rely on: kernels/ll.cuh), a slot holds an owner's share of rows twice
+/// (8 data bytes in a 16-byte packet), and a rank's own slot a packet per
+/// row (the rows' sums of squares).
+fn two_shot_fits(nranks: usize, tokens: usize, row_bytes: usize, ll_slot: u64) -> bool {
+    if nranks < 3 || tokens < nranks {
+        return false;
     }
+    let share = tokens.div_ceil(nranks) as u64;
+    2 * share * row_bytes as u64 * 2 <= ll_slot && tokens as u64 * 16 <= ll_slot
 }
 
 /// Threads for rows of `units` 8-byte units: one unit a thread up to a
@@ -164,7 +189,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     comm.check_buffer(r.residual, bytes, "residual")?;
     comm.check_buffer(r.residual_out, bytes, "residualOut")?;
     comm.check_buffer(r.weight, r.hidden * dtype.size(), "weight")?;
-    let (ll_kernel, norm_kernel) = kernels(dtype).expect("checked");
+    let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
     let mut n = NormArgs {
         coll: call.args(),
@@ -179,7 +204,12 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         pad: 0,
     };
     n.coll.recv = r.out as u64;
-    let fused = call.use_ll(bytes as u64);
+    let one_shot = call.use_ll(bytes as u64);
+    let two_shot = !one_shot
+        && call.algo.base == Base::Ll
+        && !comm.coll.check
+        && two_shot_fits(comm.nranks, r.tokens, r.hidden * dtype.size(), comm.coll.ll_slot);
+    let fused = one_shot || two_shot;
     if !fused && comm.nranks > 1 {
         // The sums into out by the all-reduce's own choice of algorithm;
         // the norm kernel reads them there. (One rank has nothing to add:
@@ -188,7 +218,14 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         n.coll.send = sums as u64;
     }
     let grid = (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32;
-    let f = comm.device.module().function(if fused { ll_kernel } else { norm_kernel })?;
+    let kernel = if one_shot {
+        k.ll
+    } else if two_shot {
+        k.ll_two_shot
+    } else {
+        k.add_norm
+    };
+    let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
     launch::launch(f, LaunchConfig { grid, block: threads_for(units), shared_mem: 0 }, stream, &mut params)
 }
@@ -210,6 +247,20 @@ mod tests {
             dtype: dtype as RawDataType,
             output: NormOutput::SameType,
         }
+    }
+
+    #[test]
+    fn two_shot_takes_what_the_slots_hold() {
+        let slot = 2 * crate::coll::LL_MAX_BYTES; // as CollState makes it
+        // 1 MiB of 4096 bf16 rows at 4 ranks: 32 rows a share, twice, fill a slot.
+        assert!(two_shot_fits(4, 128, 8192, slot));
+        assert!(!two_shot_fits(4, 129, 8192, slot), "33 rows a share overflow");
+        assert!(two_shot_fits(8, 256, 8192, slot), "2 MiB at 8 ranks");
+        assert!(!two_shot_fits(2, 64, 8192, slot), "two ranks keep the one-shot form");
+        assert!(!two_shot_fits(4, 3, 16, slot), "a rank without rows would hear nothing from its peers");
+        assert!(two_shot_fits(4, 4, 16, slot));
+        assert!(two_shot_fits(8, 65536, 16, slot));
+        assert!(!two_shot_fits(8, 65537, 16, slot), "a packet a row in the own slot");
     }
 
     #[test]

@@ -12,7 +12,8 @@ use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT};
 pub enum Base {
     /// LL packets for small messages, then by size and rank count.
     Auto,
-    /// LL packets wherever the message fits the LL slots.
+    /// LL packets wherever the message fits the LL slots (and, from 3
+    /// ranks, the fused all-reduce + RMSNorm's two-shot LL form).
     Ll,
     /// All-reduce one-shot, no LL anywhere.
     OneShot,
