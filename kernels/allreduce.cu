@@ -75,10 +75,62 @@ __device__ void allreduce_ll_body(const SymmCollArgs& a) {
   // that writes unit u of the output, just before.
   for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
     uint2 out;
-    ok = ll_reduce_unit<T, OP>(a, s, a.send, u, n, &out);
+    ok = ll_reduce_unit<T, OP>(a, s, a.send, u, n, u, &out);
     if (ok) ll_store_unit(a.recv, u, n, out);
   }
   ll_end(a, s, ok);
 }
 
 SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce_ll)
+
+// LL two-shot (SYMM_ALGO=ll, from 3 ranks, for messages up to about
+// nranks / 2 times the LL slots): rank p owns units [units * p / n,
+// units * (p + 1) / n) of the message. Every rank sends each peer that
+// peer's share of its input; the owner reduces its share in rank order
+// (as the one-shot does: every rank ends with the same bits), stores it
+// and sends it to every peer. Each rank sends (n - 1) / n of the message
+// twice instead of n - 1 times. A slot: the share coming in [0, share), the
+// reduced share coming back [share, 2 share). Every rank owns a unit (the
+// host sends no smaller message this way), so each call hears from every
+// peer, as the slots' two parities need (ll.cuh). In place is safe: a
+// unit of a peer's share is read (step 1) and written (step 3) by the same
+// thread, a unit of ours read and written by the same thread in step 2.
+template <typename T, int OP>
+__device__ void allreduce_ll2_body(const SymmCollArgs& a) {
+  const LLState s = ll_begin(a);
+  const uint64_t n = a.count * sizeof(T), units = (n + 7) / 8, stride = symm_grid_stride();
+  const uint64_t t0 = symm_thread_index(), share = (units + a.nranks - 1) / a.nranks;
+  auto begin = [&](uint32_t p) { return units * p / a.nranks; };
+  // 1. Each peer's share of our input, to that peer.
+  for (uint32_t k = 1; k < a.nranks; ++k) {
+    const uint32_t p = (a.rank + k) % a.nranks;
+    const uint64_t b0 = begin(p), b1 = begin(p + 1);
+    uint4* slot = ll_slot(a, p, s.parity, a.rank);
+    for (uint64_t u = b0 + t0; u < b1; u += stride) ll_put(slot + (u - b0), ll_load_unit(a.send, u, n), s.flag);
+  }
+  // 2. Our share: reduced, stored, and sent back to every peer.
+  bool ok = true;
+  const uint64_t m0 = begin(a.rank), m1 = begin(a.rank + 1);
+  for (uint64_t u = m0 + t0; ok && u < m1; u += stride) {
+    uint2 out;
+    ok = ll_reduce_unit<T, OP>(a, s, a.send, u, n, u - m0, &out);
+    if (!ok) break;
+    ll_store_unit(a.recv, u, n, out);
+    for (uint32_t k = 1; k < a.nranks; ++k)
+      ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + share + (u - m0), out, s.flag);
+  }
+  // 3. The peers' shares, from their owners.
+  for (uint32_t k = 1; ok && k < a.nranks; ++k) {
+    const uint32_t p = (a.rank + k) % a.nranks;
+    const uint64_t b0 = begin(p), b1 = begin(p + 1);
+    const uint4* slot = ll_slot(a, a.rank, s.parity, p) + share;
+    for (uint64_t u = b0 + t0; ok && u < b1; u += stride) {
+      uint2 v;
+      ok = ll_get(a, slot + (u - b0), s.flag, p, &v);
+      if (ok) ll_store_unit(a.recv, u, n, v);
+    }
+  }
+  ll_end(a, s, ok);
+}
+
+SYMM_FOR_EACH_TYPE(SYMM_REDUCE_KERNEL, allreduce_ll2)

@@ -123,16 +123,17 @@ template <typename T> union LLUnit {
 };
 
 // OP over ranks, in rank order, of unit u: this rank's from `mine`, the
-// peers' from the packets they wrote into this rank's slots.
+// peers' from the packets they wrote into this rank's slots, at packet
+// `at` of each (u itself where every unit of the message has its packet).
 template <typename T, int OP>
 __device__ __forceinline__ bool ll_reduce_unit(const SymmCollArgs& a, const LLState& s, const char* mine, uint64_t u,
-                                               uint64_t n, uint2* out) {
+                                               uint64_t n, uint64_t at, uint2* out) {
   constexpr uint32_t E = 8 / sizeof(T);
   typename Acc<T>::type acc[E];
   for (uint32_t r = 0; r < a.nranks; ++r) {
     LLUnit<T> in;
     if (r == a.rank) in.u = ll_load_unit(mine, u, n);
-    else if (!ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &in.u)) return false;
+    else if (!ll_get(a, ll_slot(a, a.rank, s.parity, r) + at, s.flag, r, &in.u)) return false;
 #pragma unroll
     for (uint32_t k = 0; k < E; ++k) acc[k] = r == 0 ? to_acc(in.e[k]) : combine<OP>(acc[k], to_acc(in.e[k]));
   }

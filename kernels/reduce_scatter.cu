@@ -75,7 +75,7 @@ __device__ void reduce_scatter_ll_body(const SymmCollArgs& a) {
   bool ok = true;
   for (uint64_t u = symm_thread_index(); ok && u < units; u += stride) {
     uint2 out;
-    ok = ll_reduce_unit<T, OP>(a, s, a.send + a.rank * n, u, n, &out);
+    ok = ll_reduce_unit<T, OP>(a, s, a.send + a.rank * n, u, n, u, &out);
     if (ok) ll_store_unit(a.recv, u, n, out);
   }
   ll_end(a, s, ok);

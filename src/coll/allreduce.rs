@@ -1,6 +1,8 @@
-//! symmAllReduce: LL packets for small messages; above, one-shot (every
-//! rank reduces everything) or two-shot (reduce-scatter, then all-gather),
-//! chosen by size and rank count unless SYMM_ALGO says otherwise. Two-shot
+//! symmAllReduce: LL packets for small messages (with `SYMM_ALGO=ll` from
+//! 3 ranks also the two-shot LL kernel, up to about twice as far); above,
+//! one-shot (every rank reduces everything) or two-shot (reduce-scatter,
+//! then all-gather), chosen by size and rank count unless SYMM_ALGO says
+//! otherwise. Two-shot
 //! has two opt-in kernels with fewer cross-rank syncs (SYMM_ALGO tokens):
 //! `push` where send and recv are both symmetric/registered (a sync at
 //! entry and exit only), `pipe` otherwise (per-chunk flags through scratch
@@ -8,8 +10,8 @@
 //! floats.
 
 use super::{
-    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL, FAMILY_ALLREDUCE_PIPE,
-    FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
+    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
+    FAMILY_ALLREDUCE_LL_TWO_SHOT, FAMILY_ALLREDUCE_PIPE, FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
 use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
@@ -19,6 +21,9 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let bytes = call.count * call.elem_size();
     if call.use_ll(bytes) {
         return call.launch_ll(reduce_kernel(FAMILY_ALLREDUCE_LL, call.dtype), bytes);
+    }
+    if call.use_ll_two_shot(bytes) {
+        return call.launch_ll(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, call.dtype), bytes);
     }
     let algo = call.algo;
     let two_shot = n > 1

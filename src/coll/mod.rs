@@ -292,6 +292,22 @@ impl Call<'_> {
         c.nranks > 1 && !c.coll.check && bytes <= limit.min(LL_MAX_BYTES)
     }
 
+    /// Whether an all-reduce of `bytes` above the one-shot LL limit goes as
+    /// the two-shot LL kernel (kernels/allreduce.cu `allreduce_ll2`): with
+    /// `SYMM_ALGO=ll` only until a sweep has measured it, from 3 ranks
+    /// (at 2 it would fit no more than the one-shot), where every rank owns
+    /// an 8-byte unit and a slot holds a share twice (16-byte packets).
+    pub fn use_ll_two_shot(&self, bytes: u64) -> bool {
+        let c = self.comm;
+        let n = c.nranks as u64;
+        let units = bytes.div_ceil(8);
+        c.nranks >= 3
+            && !c.coll.check
+            && c.coll.algo.get().base == Base::Ll
+            && units >= n
+            && 2 * units.div_ceil(n) * 16 <= c.coll.ll_slot
+    }
+
     /// Launch an LL kernel over `bytes` bytes per rank: one 8-byte unit per
     /// thread, as many blocks as that takes.
     pub fn launch_ll(&self, kernel: &'static CStr, bytes: u64) -> Result<()> {
@@ -581,7 +597,7 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 8] = names!(
+    static NAMES: [[&str; 12]; 9] = names!(
         "allreduce",
         "reduce_scatter",
         "reduce",
@@ -589,7 +605,8 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
         "reduce_scatter_ll",
         "allreduce_push",
         "allreduce_pipe",
-        "reduce_scatter_pipe"
+        "reduce_scatter_pipe",
+        "allreduce_ll2"
     );
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
@@ -603,6 +620,7 @@ pub(crate) const FAMILY_REDUCE_SCATTER_LL: usize = 4;
 pub(crate) const FAMILY_ALLREDUCE_PUSH: usize = 5;
 pub(crate) const FAMILY_ALLREDUCE_PIPE: usize = 6;
 pub(crate) const FAMILY_REDUCE_SCATTER_PIPE: usize = 7;
+pub(crate) const FAMILY_ALLREDUCE_LL_TWO_SHOT: usize = 8;
 
 /// Element types the opt-in push and pipelined kernels are built for
 /// (kernels/pipe.cuh, SYMM_FOR_EACH_OPT_IN_TYPE); other types run the
@@ -626,6 +644,7 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_PIPE, symmDataType_t::symmBfloat16), c"symm_allreduce_pipe_bf16");
         assert!(opt_in_dtype(symmDataType_t::symmFloat32) && !opt_in_dtype(symmDataType_t::symmInt32));
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, symmDataType_t::symmFloat64), c"symm_allreduce_ll2_f64");
     }
 
     #[test]
