@@ -14,6 +14,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::comm::{self, NcclComm};
+use crate::boundary::*;
 use crate::error::*;
 use crate::real::{self, Team};
 

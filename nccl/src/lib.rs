@@ -20,6 +20,7 @@
 //! [`symm`] declares symmcomm's C API.
 #![allow(non_snake_case, clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]
 
+pub mod boundary;
 pub mod comm;
 pub mod config;
 pub mod error;
@@ -34,6 +35,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use boundary::*;
 use comm::{Comm, ConfigCopy, NcclComm};
 use error::*;
 use parking_lot::Mutex;
