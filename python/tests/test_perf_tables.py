@@ -279,6 +279,20 @@ def test_moe_dispatch_combine_table():
     assert "| 1024 | 0 | combine | 300.0 (285.0-330.0) |" in out
 
 
+def test_allreduce_torch_table():
+    """allreduce_torch_bench.py's JSON (made-up numbers: a path PyTorch
+    refused, a wrong result) in perf-tables and in the script's own table."""
+    md = pt.render([str(DATA / "allreduce_torch.json")])
+    t = section(md, "#### All-reduce on symmetric memory, 4 ranks")
+    # NCCL over symmcomm 2.00, the faster PyTorch kernel (one-shot, 9.0) over symmcomm 1.50.
+    assert "| 64 KiB | 12.0 (11.0-13.0) | 9.0 (8.0-10.0) | 15.0 (14.0-16.0) | 6.0 (5.5-6.5) | 2.00 | 1.50 | ok |" in t
+    assert "| 1 GiB | 4520.0 (4500.0-4540.0) | - | failed | 5013.0 (5000.0-5020.0) | 0.90 | - | WRONG |" in t
+    assert "- 1 GiB two_shot: RuntimeError: made-up refusal" in t
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "torch" / "allreduce_torch_bench.py"), "table",
+                          str(DATA / "allreduce_torch.json")], capture_output=True, text=True, check=True).stdout
+    assert "| 64 KiB |" in out and "best torch / symmcomm" in out
+
+
 HOST = DATA / "host"
 
 
@@ -571,7 +585,7 @@ def test_device_measure_dry_run(tmp_path, args):
                          "eager_torch_n1_symm-symm", *host, "suite_smoke", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged",
                          "sweep_n2_symmetric_eager", "sweep_n2_symmetric_graph", "timeline_n2_symmetric",
                          "fused_n2_bf16", "fused_n2_e4m3", "fused_torch_n1", "device_n2", "norm_n2_h4096", "norm_n2_h8192", "tp_mlp_n1_nccl",
-                         "tp_mlp_n1_preloaded", "moe_n1"]
+                         "tp_mlp_n1_preloaded", "moe_n1", "allreduce_torch_n1"]
         log = (tmp_path / "symmcomm-measure-logs" / "measure" / "sweep_n2_staged_eager.log").read_text()
         assert "--nccl-lib" in log and "SYMM_NCCL_MODE=symm" in log
         # The host tier's reference served by the stand-in (no real NCCL in smoke runs), short loops.
