@@ -940,7 +940,7 @@ symmResult_t symmCommSetCopyEngine(symmComm_t comm, int enable);
 /**
  * FOR TESTS AND BENCHMARKS: choose this communicator's collective and
  * send/recv kernels as SYMM_ALGO would (e.g. "auto", "classic",
- * "twoshot+push", "pipe+p2p", "p2p:blocks=64:kib=128"; tokens joined by
+ * "twoshot+push", "pipe+p2p", "p2p:blocks=64:kib=128", "twoshot+push+grid=32"; tokens joined by
  * '+' or ','), so that one process can compare algorithms side by side. Every rank must set the
  * same, with no operation of the communicator in flight (synchronize its
  * streams first). NULL restores the SYMM_ALGO the process started with

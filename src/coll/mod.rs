@@ -54,9 +54,10 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default (not yet measured
 /// on several GPUs).
+/// `grid=N` caps the blocks and leaves the choice `auto` ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
-    if chosen == Algo::AUTO && nranks == 2 {
-        Algo { classic: true, ..Algo::AUTO }
+    if chosen.is_auto() && nranks == 2 {
+        Algo { classic: true, grid_log2: chosen.grid_log2, ..Algo::AUTO }
     } else {
         chosen
     }
@@ -342,10 +343,10 @@ impl Call<'_> {
     }
 
     /// Blocks for moving `bytes` per rank: enough to keep the links busy,
-    /// never more than the slowest rank's SM count allows, the same on
-    /// every rank.
+    /// never more than the slowest rank's SM count allows (nor `grid=N`),
+    /// the same on every rank.
     pub fn grid(&self, bytes: u64) -> u32 {
-        let max = self.comm.coll.max_grid as u64;
+        let max = self.comm.coll.max_grid.min(self.algo.grid_cap()) as u64;
         bytes.div_ceil(BYTES_PER_BLOCK).clamp(1, max) as u32
     }
 
@@ -524,7 +525,7 @@ impl Request {
             send_buf,
             recv_buf,
             algo: default_algo(chosen, comm.nranks),
-            defaulted: chosen == Algo::AUTO,
+            defaulted: chosen.is_auto(),
         }))
     }
 }
@@ -684,6 +685,10 @@ mod tests {
     #[test]
     fn measured_defaults_apply_to_auto_only() {
         assert_eq!(default_algo(Algo::AUTO, 2), Algo { classic: true, ..Algo::AUTO });
+        let capped = Algo::parse("grid=32").unwrap();
+        assert!(capped.is_auto(), "grid=N alone keeps auto's choices");
+        assert_eq!(default_algo(capped, 2), Algo { classic: true, grid_log2: capped.grid_log2, ..Algo::AUTO });
+        assert!(!Algo::parse("grid=32+push").unwrap().is_auto());
         assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
         assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
         let chosen = Algo::parse("twoshot+pipe").unwrap();

@@ -115,7 +115,7 @@ pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
 pub(crate) fn sized_shape(algo: Algo) -> Option<P2PShape> {
     if algo.p2p {
         Some(algo.p2p_shape)
-    } else if algo == Algo::AUTO {
+    } else if algo.is_auto() {
         Some(P2PShape::AUTO)
     } else {
         None

@@ -48,11 +48,36 @@ pub struct Algo {
     /// `classic`: the copy and reduction loops of before (rank-order loads,
     /// shallow copies of small ranges), for A/B measurements.
     pub classic: bool,
+    /// `grid=N` (a power of two, 1-128): at most N blocks for the synced,
+    /// push and pipelined collective kernels (LL packets and send/recv keep
+    /// their own sizing), to sweep how many SMs the large messages need
+    /// (NCCL moves them with far fewer). log2(N) + 1; 0: the default (the
+    /// slowest rank's SM count, at most 128).
+    pub grid_log2: u8,
 }
 
 impl Algo {
     pub const AUTO: Algo =
-        Algo { base: Base::Auto, push: false, pipe: false, p2p: false, p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0 }, classic: false };
+        Algo {
+            base: Base::Auto,
+            push: false,
+            pipe: false,
+            p2p: false,
+            p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0 },
+            classic: false,
+            grid_log2: 0,
+        };
+
+    /// Whether this leaves every choice to the defaults (a `grid=N` cap
+    /// aside: it bounds the blocks, not the choice of kernel).
+    pub fn is_auto(self) -> bool {
+        Algo { grid_log2: 0, ..self } == Algo::AUTO
+    }
+
+    /// The most blocks `grid=N` allows (u32::MAX when not set).
+    pub fn grid_cap(self) -> u32 {
+        if self.grid_log2 == 0 { u32::MAX } else { 1 << (self.grid_log2 - 1) }
+    }
 
     /// Parse tokens joined by `+` or `,`; case does not matter.
     pub fn parse(s: &str) -> std::result::Result<Algo, String> {
@@ -70,10 +95,17 @@ impl Algo {
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
+                t if t.starts_with("grid=") => {
+                    let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
+                    if !n.is_power_of_two() || n > 128 {
+                        return Err(format!("\"{t}\" in \"{s}\": grid=N with N a power of two from 1 to 128"));
+                    }
+                    a.grid_log2 = n.trailing_zeros() as u8 + 1;
+                }
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, joined with '+')"
                     ))
                 }
             }
@@ -104,14 +136,17 @@ impl Algo {
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
+        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30.
         base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
+            | (self.grid_log2 as u32) << 27
     }
 
     fn from_bits(b: u32) -> Algo {
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
-        let p2p_shape = P2PShape::from_bits(b >> 6);
-        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0 }
+        let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff);
+        let grid_log2 = ((b >> 27) & 0xf) as u8;
+        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0, grid_log2 }
     }
 }
 
@@ -124,7 +159,14 @@ impl std::fmt::Display for Algo {
             Base::TwoShot => "twoshot",
         }];
         let p2p = format!("p2p{}", self.p2p_shape);
-        for (on, name) in [(self.push, "push"), (self.pipe, "pipe"), (self.p2p, p2p.as_str()), (self.classic, "classic")] {
+        let grid = format!("grid={}", self.grid_cap());
+        for (on, name) in [
+            (self.push, "push"),
+            (self.pipe, "pipe"),
+            (self.p2p, p2p.as_str()),
+            (self.classic, "classic"),
+            (self.grid_log2 != 0, grid.as_str()),
+        ] {
             if on {
                 parts.push(name);
             }
@@ -312,6 +354,15 @@ mod tests {
         let cell = AlgoCell::new(Algo::AUTO);
         cell.set(a);
         assert_eq!(cell.get(), a);
+        let g = Algo::parse("twoshot+push+grid=32").unwrap();
+        assert_eq!((g.grid_cap(), g.push, Algo::AUTO.grid_cap()), (32, true, u32::MAX));
+        assert_eq!(g.to_string(), "twoshot+push+grid=32");
+        let widest = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536").unwrap();
+        assert_eq!(Algo::from_bits(widest.to_bits()), widest, "grid=N's bits stay clear of the shape's");
+        assert_eq!(Algo::parse("grid=1").unwrap().grid_cap(), 1);
+        for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
+            assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
+        }
     }
 
     #[test]
