@@ -149,6 +149,32 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
   norm_scale_row<T, Q>(n, row, upr, x, norm_block_reduce<false>(ss));
 }
 
+// Row `row`'s sums into x: every rank's units in rank order, this rank's
+// from its input, the peers' from their LL packets in this rank's slots
+// (the row's first unit at packet `at`). False in a thread that gave up
+// (or that started with `ok` false: it waits for nothing more).
+template <typename T>
+__device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLState& s, uint64_t row, uint64_t upr,
+                                                uint64_t at, bool ok, float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+  constexpr uint32_t E = 8 / sizeof(T);
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+    if (j >= upr) break;
+    for (uint32_t r = 0; r < a.nranks; ++r) {
+      LLUnit<T> in;
+      if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
+      else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + at + j, s.flag, r, &in.u)) {
+        ok = false;
+        in.u = make_uint2(0, 0);
+      }
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+    }
+  }
+  return ok;
+}
+
 template <typename T, int Q>
 __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
@@ -166,22 +192,7 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   bool ok = true;
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
-#pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
-      const uint64_t u = row * upr + j;
-      for (uint32_t r = 0; r < a.nranks; ++r) {
-        LLUnit<T> in;
-        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + u * 8);
-        else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + u, s.flag, r, &in.u)) {
-          ok = false;
-          in.u = make_uint2(0, 0);
-        }
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
-      }
-    }
+    ok = norm_gather_row<T>(a, s, row, upr, row * upr, ok, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
@@ -231,21 +242,7 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   //    rounded residual_out goes back to every peer as it is stored.
   for (uint64_t row = mine0 + blockIdx.x; row < mine1; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
-#pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
-      for (uint32_t r = 0; r < a.nranks; ++r) {
-        LLUnit<T> in;
-        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
-        else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + (row - mine0) * upr + j, s.flag, r, &in.u)) {
-          ok = false;
-          in.u = make_uint2(0, 0);
-        }
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
-      }
-    }
+    ok = norm_gather_row<T>(a, s, row, upr, (row - mine0) * upr, ok, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;

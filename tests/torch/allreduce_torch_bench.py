@@ -37,44 +37,13 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import human, parse_bytes, parse_sizes, table_command  # noqa: E402
+from bench_common import collective_runs, human, parse_bytes, parse_sizes, table_command  # noqa: E402
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
 
 PATHS = ("nccl", "one_shot", "two_shot", "symmcomm")
 DEFAULT_SIZES = "64K,256K,1M,4M,16M,64M,256M,1G"
-
-
-def time_runs(torch, dist, dev, fn, runs, min_ms):
-    """Per run, µs per call of fn issued back to back, the stream's end
-    included, the slowest rank's. Every rank issues the same number of calls
-    (fn is collective): the slowest rank's three-call estimate sets it."""
-    import math
-    import time
-
-    def slowest(x):
-        t = torch.tensor([x], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t)
-
-    torch.cuda.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    n = max(3, math.ceil(min_ms * 1e-3 / max(slowest((time.perf_counter() - t0) / 3), 1e-9)))
-    out = []
-    for _ in range(runs):
-        dist.barrier()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        out.append(slowest((time.perf_counter() - t0) * 1e6 / n))
-    return out
 
 
 def run(args):
@@ -145,7 +114,7 @@ def run(args):
                 ok = torch.tensor([int(torch.equal(got, want))], device=dev)
                 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
                 row["ok"] = bool(ok.item())
-                us = time_runs(torch, dist, dev, calls[path], args.runs, args.min_ms)
+                us = collective_runs(torch, dist, dev, calls[path], args.min_ms, args.runs)
                 row.update(min_us=min(us), median_us=statistics.median(us), max_us=max(us))
             except Exception as e:  # a path PyTorch refuses at this size: say so, go on
                 row.update(ok=False, error=f"{type(e).__name__}: {e}"[:300])

@@ -86,3 +86,34 @@ def timed_loop(fn, n, barrier=None):
     torch.cuda.synchronize()
     t2 = time.perf_counter_ns()
     return {"wall_us": (t2 - t0) / n / 1e3, "cpu_us": (c1 - c0) / n / 1e3, "longest_us": longest / 1e3}
+
+
+def collective_runs(torch, dist, dev, fn, min_ms, runs):
+    """Per run, µs per call of the collective fn issued back to back (the
+    stream's end included), the slowest rank's. Every rank must issue the
+    same number of calls, so the count comes from the slowest rank's
+    three-call estimate: enough calls for min_ms there, at least 3."""
+    import math
+
+    def slowest(x):
+        t = torch.tensor([x], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    n = max(3, math.ceil(min_ms * 1e-3 / max(slowest((time.perf_counter() - t0) / 3), 1e-9)))
+    out = []
+    for _ in range(runs):
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        out.append(slowest((time.perf_counter() - t0) * 1e6 / n))
+    return out

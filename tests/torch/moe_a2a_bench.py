@@ -48,7 +48,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import table_command  # noqa: E402
+from bench_common import collective_runs, table_command  # noqa: E402
 
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[_k] = _v
@@ -89,35 +89,6 @@ def route(torch, tokens, world, ne, topk, skew, seed):
     order = torch.argsort(flat, stable=True)
     token_of_copy = torch.arange(tokens).repeat_interleave(topk)[order]
     return token_of_copy, torch.bincount(flat, minlength=experts)
-
-
-def time_loop(torch, dist, dev, fn, min_ms):
-    """µs per call of fn issued back to back, the stream's end included.
-    Every rank must issue the same number of calls (fn is collective), so
-    the count comes from the slowest rank's three-call estimate: enough
-    calls for min_ms there, at least 3."""
-    import math
-    import time
-
-    def slowest(x):
-        t = torch.tensor([x], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t)
-
-    torch.cuda.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    per_call_s = slowest((time.perf_counter() - t0) / 3)
-    n = max(3, math.ceil(min_ms * 1e-3 / max(per_call_s, 1e-9)))
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e6 / n
 
 
 def run(args):
@@ -227,11 +198,7 @@ def run(args):
                     for op, fn in zip(OPS, (fd, fc, fb)):
                         if path == "nccl" and op == "combine":
                             lists["nccl"] = nccl_dispatch()
-                        per_run = []
-                        for _ in range(args.runs):
-                            us = torch.tensor([time_loop(torch, dist, dev, fn, args.min_ms)], device=dev)
-                            dist.all_reduce(us, op=dist.ReduceOp.MAX)
-                            per_run.append(float(us))
+                        per_run = collective_runs(torch, dist, dev, fn, args.min_ms, args.runs)
                         rows.append({"tokens": T, "skew": skew, "path": path, "launch": launch, "op": op,
                                      "ok": bool(ok.item()), "min_us": min(per_run),
                                      "median_us": statistics.median(per_run), "max_us": max(per_run),
