@@ -47,6 +47,8 @@
  *                  threads: the floor of any launch of that shape, to tell how
  *                  much of symmAllReduce's cost is the driver's. Nothing to
  *                  check (0 wrong).
+ *   launch-floor-64B  the same with a 64-byte block: what a compact argument
+ *                  block could save per launch.
  *
  * Options: --op=allreduce|sendrecv (allreduce) --bytes=N (256K, even, at most 1G)
  * or --sizes=LIST (comma-separated sizes, e.g. 8,4K,256K,4M: every variant at
@@ -159,11 +161,12 @@ enum variant {
   V_NCCL_WIN_SAME,     /* --nccl-window: NCCL on window-registered buffers */
   V_NCCL_WIN_ROTATING,
   V_FLOOR,             /* --launch-floor: an empty kernel, the same argument size */
+  V_FLOOR_SMALL,       /* --launch-floor: an empty kernel, 64 bytes of arguments */
   NVARIANTS
 };
 static const char *const variant_name[NVARIANTS] = {"symm-same",     "symm-rotating", "nccl-same",
                                                     "nccl-rotating", "nccl-win-same", "nccl-win-rotating",
-                                                    "launch-floor"};
+                                                    "launch-floor",  "launch-floor-64B"};
 
 static struct {
   struct tw_rank *r;
@@ -175,7 +178,7 @@ static struct {
   bn_window win[MAX_BUFFERS];
   uint64_t windows_declined; /* NULL windows from ncclCommWindowRegister, all ranks */
   uint16_t *host;
-  CUfunction floor_kernel; /* --launch-floor */
+  CUfunction floor_kernel, floor_small_kernel; /* --launch-floor */
 } R;
 
 /* The calls that must succeed, for the rank of this process. */
@@ -232,18 +235,19 @@ static void send_recv(enum variant v, int b) {
   }
 }
 
-/* --launch-floor: one launch of the empty kernel. */
-static void launch_floor(void) {
+/* --launch-floor: one launch of an empty kernel, 488 or 64 bytes of arguments. */
+static void launch_floor(int small) {
   static uint64_t args[61];
   void *params[] = {args};
-  CUresult rc = tu_cu.cuLaunchKernel(R.floor_kernel, 1, 1, 1, 512, 1, 1, 0, R.r->stream, params, NULL);
-  TW_REQUIRE(R.r, rc == 0, "cuLaunchKernel(eb_launch_floor): %s", tu_cu_error(rc));
+  CUresult rc = tu_cu.cuLaunchKernel(small ? R.floor_small_kernel : R.floor_kernel, 1, 1, 1, 512, 1, 1, 0,
+                                     R.r->stream, params, NULL);
+  TW_REQUIRE(R.r, rc == 0, "cuLaunchKernel(eb_launch_floor%s): %s", small ? "_small" : "", tu_cu_error(rc));
 }
 
 /* The call the loops time, on buffer b of variant v. */
 static void issue(enum variant v, int b) {
-  if (v == V_FLOOR)
-    launch_floor();
+  if (v == V_FLOOR || v == V_FLOOR_SMALL)
+    launch_floor(v == V_FLOOR_SMALL);
   else if (O.op == OP_SENDRECV)
     send_recv(v, b);
   else
@@ -326,7 +330,7 @@ static uint64_t check_variant(struct tw *w, enum variant v) {
   const size_t n = O.bytes / 2;
   const uint16_t want = (uint16_t)cw_float_to_bf16((float)w->nranks);
   uint64_t bad = 0;
-  if (v == V_FLOOR) {
+  if (v == V_FLOOR || v == V_FLOOR_SMALL) {
     /* nothing computed, nothing to check */
   } else if (O.op == OP_SENDRECV) {
     bad = check_received(v);
@@ -459,7 +463,7 @@ static uint64_t time_size(struct tw *w) {
   /* NCCL first (plain, then window), so that each later row can give its
    * ratio to NCCL's rows of the same buffer use. */
   static const enum variant order[NVARIANTS] = {V_NCCL_SAME, V_NCCL_ROTATING, V_NCCL_WIN_SAME, V_NCCL_WIN_ROTATING,
-                                                V_SYMM_SAME, V_SYMM_ROTATING, V_FLOOR};
+                                                V_SYMM_SAME, V_SYMM_ROTATING, V_FLOOR, V_FLOOR_SMALL};
   double nccl_median[2] = {0, 0};   /* same, rotating */
   double window_median[2] = {0, 0}; /* the same on the window buffers */
   /* The variant column's width: the window's names are longer. */
@@ -469,7 +473,7 @@ static uint64_t time_size(struct tw *w) {
     const enum variant v = order[i];
     if (!is_symm(v) && !is_window(v) && !O.vs_nccl) continue;
     if (is_window(v) && !O.nccl_window) continue;
-    if (v == V_FLOOR && !O.launch_floor) continue;
+    if ((v == V_FLOOR || v == V_FLOOR_SMALL) && !O.launch_floor) continue;
     tw_phase("%s %zu bytes", variant_name[v], O.bytes);
     if (O.op == OP_SENDRECV) clear_receive_buffers(v);
     for (int k = 0; k < WARMUP; k++) issue(v, k % nbuffers(v));
@@ -538,6 +542,7 @@ static void body(struct tw *w, void *ctx) {
   if (O.launch_floor) {
     CUmodule mod = tw_load_module(R.r, COLL_KERNELS_FATBIN, "COLL_TEST_KERNELS");
     R.floor_kernel = tw_function(R.r, mod, "eb_launch_floor");
+    R.floor_small_kernel = tw_function(R.r, mod, "eb_launch_floor_small");
   }
   if (w->lead) header(w);
 

@@ -170,3 +170,9 @@ struct alignas(8) EbFloorArgs {
 };
 static_assert(sizeof(EbFloorArgs) == 488, "the size of SymmCollArgs");
 CK void eb_launch_floor(EbFloorArgs a) { (void)a; }
+// ... and with 64 bytes of arguments: the difference is what a compact
+// argument block (e.g. for the LL kernels) could save per launch.
+struct alignas(8) EbFloorSmallArgs {
+  uint64_t w[8];
+};
+CK void eb_launch_floor_small(EbFloorSmallArgs a) { (void)a; }
