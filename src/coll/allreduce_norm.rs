@@ -85,8 +85,8 @@ fn two_shot_fits(nranks: usize, tokens: usize, row_bytes: usize, ll_slot: u64) -
     if nranks < 3 || tokens < nranks {
         return false;
     }
-    let share = tokens.div_ceil(nranks) as u64;
-    2 * share * row_bytes as u64 * 2 <= ll_slot && tokens as u64 * 16 <= ll_slot
+    let share_packets = tokens.div_ceil(nranks) as u64 * (row_bytes as u64 / 8);
+    2 * share_packets * 16 <= ll_slot && tokens as u64 * 16 <= ll_slot
 }
 
 /// Threads for rows of `units` 8-byte units: one unit a thread up to a
