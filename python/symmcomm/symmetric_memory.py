@@ -64,6 +64,10 @@ __all__ = [
     "all_to_all_vdev",
     "all_to_all_vdev_2d",
     "all_to_all_vdev_2d_offset",
+    "one_shot_all_reduce",
+    "one_shot_all_reduce_out",
+    "two_shot_all_reduce_",
+    "two_shot_all_reduce_out",
 ]
 
 _COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator
@@ -150,6 +154,45 @@ def all_to_all_vdev_2d_offset(input, out, in_splits_offsets, out_splits_offsets,
     Communicator.all_to_all_vdev_2d_offset."""
     return get_communicator(group_name).all_to_all_vdev_2d_offset(input, out, in_splits_offsets,
                                                                   out_splits_offsets)
+
+
+# PyTorch's all-reduce ops on symmetric memory, by their names, so that code
+# written for torch.ops.symm_mem (vLLM's and SGLang's symmetric-memory
+# all-reduce) ports by changing the import. "one_shot" and "two_shot" name
+# PyTorch's kernels; here both are the communicator's all-reduce, which
+# chooses its algorithm by size and rank count (LL packets, one-shot,
+# two-shot, push; SYMM_ALGO overrides). ``input`` may be any CUDA tensor of
+# the communicator's device (PyTorch requires a symmetric one; a symmetric
+# one here is read in place by the peers). No multimem_* forms: symmcomm
+# never uses NVLink multicast.
+
+
+def one_shot_all_reduce(input, reduce_op, group_name=None):
+    """``torch.ops.symm_mem.one_shot_all_reduce(input, reduce_op,
+    group_name)``: a new tensor holding ``reduce_op`` ("sum", "avg",
+    "max", ...) of ``input`` over the ranks of ``group_name`` (a process
+    group's name, a group, a Communicator, or None for the default)."""
+    torch = require_torch("one_shot_all_reduce")
+    return one_shot_all_reduce_out(input, reduce_op, group_name, torch.empty_like(input))
+
+
+def one_shot_all_reduce_out(input, reduce_op, group_name, out):
+    """``torch.ops.symm_mem.one_shot_all_reduce_out(input, reduce_op,
+    group_name, out)``: the reduction into ``out`` (``input``'s shape and
+    dtype); returns ``out``."""
+    return get_communicator(group_name).all_reduce(input, reduce_op, out=out)
+
+
+def two_shot_all_reduce_(input, reduce_op, group_name=None):
+    """``torch.ops.symm_mem.two_shot_all_reduce_(input, reduce_op,
+    group_name)``: the reduction in place; returns ``input``."""
+    return get_communicator(group_name).all_reduce(input, reduce_op)
+
+
+def two_shot_all_reduce_out(input, reduce_op, group_name, output):
+    """``torch.ops.symm_mem.two_shot_all_reduce_out(input, reduce_op,
+    group_name, output)``: the reduction into ``output``; returns it."""
+    return get_communicator(group_name).all_reduce(input, reduce_op, out=output)
 
 
 def set_communicator(group, comm: Communicator) -> None:

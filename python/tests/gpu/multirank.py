@@ -283,6 +283,40 @@ def collectives_on_symmetric_tensors(c: Ctx):
 
 
 @check
+def torch_symm_mem_all_reduce_names(c: Ctx):
+    """symmcomm.symmetric_memory's one_shot_all_reduce(_out) and
+    two_shot_all_reduce_(out), with torch.ops.symm_mem's arguments (the
+    communicator named by the group's name), sum and max, out of place and
+    in place, at sizes on both sides of the LL limit."""
+    dev, W, R = c.device, c.world, c.rank
+    name = dist.group.WORLD.group_name
+    for n in (4099, 300_001):
+        ins = [values(r, n, torch.bfloat16, 6, dev) for r in range(W)]
+        x = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
+        x.copy_(ins[R].to(torch.bfloat16))
+        want = sum(ins).to(torch.bfloat16)
+        got = symm_mem.one_shot_all_reduce(x, "sum", name)
+        c.expect(got is not x and same(got, want, torch.bfloat16), f"one_shot_all_reduce sum, {n}")
+        c.expect(same(x, ins[R].to(torch.bfloat16), torch.bfloat16), f"one_shot_all_reduce left its input, {n}")
+        out = torch.empty_like(x)
+        r = symm_mem.one_shot_all_reduce_out(x, "max", name, out)
+        want_max = torch.stack(ins).amax(0).to(torch.bfloat16)
+        c.expect(r is out and same(out, want_max, torch.bfloat16), f"one_shot_all_reduce_out max, {n}")
+        r = symm_mem.two_shot_all_reduce_out(x, "sum", name, out)
+        c.expect(r is out and same(out, want, torch.bfloat16), f"two_shot_all_reduce_out sum, {n}")
+        r = symm_mem.two_shot_all_reduce_(x, "sum", name)
+        c.expect(r is x and same(x, want, torch.bfloat16), f"two_shot_all_reduce_ sum in place, {n}")
+        torch.cuda.synchronize()
+        del x, got, out, r
+    symm_mem.collect()
+    try:
+        symm_mem.two_shot_all_reduce_(torch.empty(8, device=dev), "median", name)
+        c.expect(False, "reduce_op 'median' was accepted")
+    except symmcomm.SymmError as e:
+        c.expect("median" in str(e), f"the bad reduce_op's message does not name it: {e}")
+
+
+@check
 def all_reduce_add_rms_norm(c: Ctx):
     """Communicator.all_reduce_add_rms_norm against torch: the sum plus the
     residual, then torch's rms_norm, for bf16/fp16/fp32, 1 and 300 tokens
