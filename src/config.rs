@@ -11,6 +11,9 @@ use std::time::Duration;
 /// The prefix of every variable symmcomm reads.
 pub const PREFIX: &str = "SYMM_";
 
+/// `SYMM_LL_MAX_BYTES`'s default: the data one LL slot holds.
+pub const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
+
 /// Process-wide settings, from the environment.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -44,6 +47,12 @@ pub struct Config {
     pub copy_engine: bool,
     /// `SYMM_SCRATCH_BYTES`: per-communicator staging scratch (default 64 MiB).
     pub scratch_bytes: usize,
+    /// `SYMM_LL_MAX_BYTES`: the most data one LL slot holds, one rank's
+    /// contribution to one call (default 512 KiB, 64 KiB to 4 MiB, rounded
+    /// down to 4 KiB). The slots take 2 parities x nranks x twice this of
+    /// symmetric memory per rank. `auto` stays within its measured limits;
+    /// `SYMM_ALGO=ll` uses all of it. The same on every rank.
+    pub ll_max_bytes: u64,
     /// `SYMM_TEST_SHARED_DEVICES=1`: TEST ONLY. Lets several ranks of one
     /// communicator use the same GPU so that N-rank code paths can run on
     /// fewer GPUs. Never set it in production.
@@ -93,6 +102,9 @@ pub fn get() -> &'static Config {
             check: param(&mut w, "CHECK", 0u32) != 0,
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
+            ll_max_bytes: param_in_range(&mut w, "LL_MAX_BYTES", LL_MAX_BYTES_DEFAULT as f64, (64u64 << 10) as f64, (4u64 << 20) as f64) as u64
+                / 4096
+                * 4096,
             test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
             fused_workspace_bytes,
             fused_workspace_max_bytes,

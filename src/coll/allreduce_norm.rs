@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn two_shot_takes_what_the_slots_hold() {
-        let slot = 2 * crate::coll::LL_MAX_BYTES; // as CollState makes it
+        let slot = 2 * crate::config::LL_MAX_BYTES_DEFAULT; // as CollState makes it by default
         // 1 MiB of 4096 bf16 rows at 4 ranks: 32 rows a share, twice, fill a slot.
         assert!(two_shot_fits(4, 128, 8192, slot));
         assert!(!two_shot_fits(4, 129, 8192, slot), "33 rows a share overflow");

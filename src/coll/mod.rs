@@ -31,7 +31,6 @@ pub mod timeline;
 
 pub use crate::comm::algo::{self, Algo, AlgoCell, Base, P2PShape};
 pub use crate::comm::coll_state::{CheckCache, CollState};
-pub(crate) use crate::comm::coll_state::LL_MAX_BYTES;
 pub use crate::cuda::abi::CollId;
 #[cfg(test)]
 mod pipe_model;
@@ -287,10 +286,10 @@ impl Call<'_> {
         let c = self.comm;
         let limit = match c.coll.algo.get().base {
             Base::Auto => ll_auto_limit(self.coll, c.nranks),
-            Base::Ll => LL_MAX_BYTES,
+            Base::Ll => c.coll.ll_max,
             Base::OneShot | Base::TwoShot => 0,
         };
-        c.nranks > 1 && !c.coll.check && bytes <= limit.min(LL_MAX_BYTES)
+        c.nranks > 1 && !c.coll.check && bytes <= limit.min(c.coll.ll_max)
     }
 
     /// Whether an all-reduce of `bytes` above the one-shot LL limit goes as

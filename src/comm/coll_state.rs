@@ -16,9 +16,6 @@ use crate::memory::symmetric;
 use super::algo::{Algo, AlgoCell};
 use super::{busiest_gpu_ranks, Parts};
 
-/// Data bytes one LL slot holds (one rank's contribution to one call).
-pub(crate) const LL_MAX_BYTES: u64 = 512 << 10;
-
 /// Per-communicator state of the collectives, made at init.
 pub struct CollState {
     /// Rank r's scratch base, as seen here: [in 0][in 1][out 0][out 1].
@@ -30,7 +27,11 @@ pub struct CollState {
     pub p2p_slot_bytes: u64,
     /// Rank r's LL packet slots [parity][source], as seen here.
     pub ll: [u64; MAX_RANKS],
+    /// Bytes of one LL slot: twice `ll_max` (8 data bytes in a 16-byte packet).
     pub ll_slot: u64,
+    /// Data bytes one LL slot holds, one rank's contribution to one call
+    /// (SYMM_LL_MAX_BYTES, default 512 KiB).
+    pub ll_max: u64,
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
@@ -110,7 +111,7 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
     let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
     let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
-    let ll_slot = 2 * LL_MAX_BYTES as usize; // a packet carries 8 data bytes in 16
+    let ll_slot = 2 * cfg.ll_max_bytes as usize; // a packet carries 8 data bytes in 16
     let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
     let mut p2p_slots = [0u64; MAX_RANKS];
@@ -136,6 +137,7 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
         p2p_slot_bytes: P2P_SLOT_BYTES as u64,
         ll: ll_slots,
         ll_slot: ll_slot as u64,
+        ll_max: cfg.ll_max_bytes,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
         algo: AlgoCell::new(algo),
