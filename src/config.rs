@@ -12,7 +12,7 @@ use std::time::Duration;
 pub const PREFIX: &str = "SYMM_";
 
 /// `SYMM_LL_MAX_BYTES`'s default: the data one LL slot holds.
-pub const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
+pub(crate) const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
 
 /// Process-wide settings, from the environment.
 #[derive(Clone, Debug)]
