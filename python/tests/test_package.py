@@ -44,6 +44,11 @@ def test_tensor_features_say_they_need_torch():
         symmcomm.Communicator()
     with pytest.raises(ImportError, match="needs PyTorch"):
         symmcomm.all_gather_matmul(None, weight=None)
+    # torch.ops.symm_mem's all-reduce names: present, and they say what they need.
+    for name in ("one_shot_all_reduce", "one_shot_all_reduce_out", "two_shot_all_reduce_", "two_shot_all_reduce_out"):
+        assert name in symm_mem.__all__ and f"torch.ops.symm_mem.{name}" in getattr(symm_mem, name).__doc__
+    with pytest.raises(ImportError, match="needs PyTorch"):
+        symm_mem.two_shot_all_reduce_(None, "sum", "0")
 
 
 def test_dtype_names_without_torch():
