@@ -34,7 +34,7 @@ pub struct Config {
     /// `SYMM_ALGO`: `auto` (default); `ll` (LL packets wherever they fit);
     /// `oneshot` or `twoshot` (that all-reduce algorithm, and no LL); plus,
     /// joined with `+` or `,`, the opt-in kernels `push`, `pipe`, `p2p` and
-    /// `classic` (the loops of before). See coll::Algo.
+    /// `classic` (the loops of before), `grid=N`. See comm::algo::Algo.
     pub algo: String,
     /// `SYMM_TIMELINE=1`: synced collective kernels record per-block phase
     /// times (symmCommGetTimeline; a diagnostic, off by default).

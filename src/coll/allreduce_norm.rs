@@ -24,7 +24,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
-use super::{allreduce, Base, CollId, Request};
+use super::{allreduce, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE};
 use crate::cuda::launch::{self, LaunchConfig};
@@ -206,8 +206,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     n.coll.recv = r.out as u64;
     let one_shot = call.use_ll(bytes as u64);
     let two_shot = !one_shot
-        && call.algo.base == Base::Ll
-        && !comm.coll.check
+        && call.ll_two_shot_allowed()
         && two_shot_fits(comm.nranks, r.tokens, r.hidden * dtype.size(), comm.coll.ll_slot);
     let fused = one_shot || two_shot;
     if !fused && comm.nranks > 1 {

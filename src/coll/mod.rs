@@ -284,28 +284,32 @@ impl Call<'_> {
     /// between ranks (such as the buffers' kind).
     pub fn use_ll(&self, bytes: u64) -> bool {
         let c = self.comm;
-        let limit = match c.coll.algo.get().base {
+        let limit = match self.algo.base {
             Base::Auto => ll_auto_limit(self.coll, c.nranks),
-            Base::Ll => c.coll.ll_max,
+            Base::Ll => c.coll.ll_max(),
             Base::OneShot | Base::TwoShot => 0,
         };
-        c.nranks > 1 && !c.coll.check && bytes <= limit.min(c.coll.ll_max)
+        c.nranks > 1 && !c.coll.check && bytes <= limit.min(c.coll.ll_max())
+    }
+
+    /// Whether the two-shot LL forms may run at all (the all-reduce's and
+    /// the fused norm's; each op checks its own fit): with `SYMM_ALGO=ll`
+    /// only until a sweep has measured them, and never with SYMM_CHECK (LL
+    /// packets compare nothing across ranks).
+    pub fn ll_two_shot_allowed(&self) -> bool {
+        self.algo.base == Base::Ll && !self.comm.coll.check
     }
 
     /// Whether an all-reduce of `bytes` above the one-shot LL limit goes as
-    /// the two-shot LL kernel (kernels/allreduce.cu `allreduce_ll2`): with
-    /// `SYMM_ALGO=ll` only until a sweep has measured it, from 3 ranks
-    /// (at 2 it would fit no more than the one-shot), where every rank owns
-    /// an 8-byte unit and a slot holds a share twice (16-byte packets).
+    /// the two-shot LL kernel (kernels/allreduce.cu `allreduce_ll2`): from 3
+    /// ranks (at 2 it would fit no more than the one-shot), where every
+    /// rank owns an 8-byte unit and a slot holds a share twice (16-byte
+    /// packets).
     pub fn use_ll_two_shot(&self, bytes: u64) -> bool {
         let c = self.comm;
         let n = c.nranks as u64;
         let units = bytes.div_ceil(8);
-        c.nranks >= 3
-            && !c.coll.check
-            && c.coll.algo.get().base == Base::Ll
-            && units >= n
-            && 2 * units.div_ceil(n) * 16 <= c.coll.ll_slot
+        self.ll_two_shot_allowed() && c.nranks >= 3 && units >= n && 2 * units.div_ceil(n) * 16 <= c.coll.ll_slot
     }
 
     /// Launch an LL kernel over `bytes` bytes per rank: one 8-byte unit per

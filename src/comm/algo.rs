@@ -13,7 +13,8 @@ pub enum Base {
     /// LL packets for small messages, then by size and rank count.
     Auto,
     /// LL packets wherever the message fits the LL slots (and, from 3
-    /// ranks, the fused all-reduce + RMSNorm's two-shot LL form).
+    /// ranks, the two-shot LL forms of the all-reduce and of the fused
+    /// all-reduce + RMSNorm).
     Ll,
     /// All-reduce one-shot, no LL anywhere.
     OneShot,

@@ -27,11 +27,9 @@ pub struct CollState {
     pub p2p_slot_bytes: u64,
     /// Rank r's LL packet slots [parity][source], as seen here.
     pub ll: [u64; MAX_RANKS],
-    /// Bytes of one LL slot: twice `ll_max` (8 data bytes in a 16-byte packet).
+    /// Bytes of one LL slot: twice the data it holds (8 data bytes in a
+    /// 16-byte packet; [`CollState::ll_max`]).
     pub ll_slot: u64,
-    /// Data bytes one LL slot holds, one rank's contribution to one call
-    /// (SYMM_LL_MAX_BYTES, default 512 KiB).
-    pub ll_max: u64,
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
@@ -47,6 +45,12 @@ pub struct CollState {
 }
 
 impl CollState {
+    /// Data bytes one LL slot holds, one rank's contribution to one LL
+    /// call (SYMM_LL_MAX_BYTES, default 512 KiB).
+    pub fn ll_max(&self) -> u64 {
+        self.ll_slot / 2
+    }
+
     pub fn copy_engine(&self) -> bool {
         self.copy_engine.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -137,7 +141,6 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
         p2p_slot_bytes: P2P_SLOT_BYTES as u64,
         ll: ll_slots,
         ll_slot: ll_slot as u64,
-        ll_max: cfg.ll_max_bytes,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
         algo: AlgoCell::new(algo),
