@@ -11,8 +11,20 @@ use std::time::Duration;
 /// The prefix of every variable symmcomm reads.
 pub const PREFIX: &str = "SYMM_";
 
-/// `SYMM_LL_MAX_BYTES`'s default: the data one LL slot holds.
+/// `SYMM_LL_MAX_BYTES`'s default: the data one LL slot holds, from 3 ranks.
 pub(crate) const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
+
+/// `SYMM_LL_MAX_BYTES`'s default at 2 ranks, where every collective's LL
+/// form beats the synced kernels up to 1 MiB a rank (docs/PERFORMANCE.md,
+/// sixth session): the slots then take 8 MiB of symmetric memory a rank.
+pub(crate) const LL_MAX_BYTES_TWO_RANKS: u64 = 1 << 20;
+
+/// The data one LL slot holds on a communicator of `nranks`: the
+/// variable's value where it is set (the same on every rank), else the
+/// default for that rank count.
+pub(crate) fn ll_max_bytes(cfg: &Config, nranks: usize) -> u64 {
+    cfg.ll_max_bytes.unwrap_or(if nranks == 2 { LL_MAX_BYTES_TWO_RANKS } else { LL_MAX_BYTES_DEFAULT })
+}
 
 /// Process-wide settings, from the environment.
 #[derive(Clone, Debug)]
@@ -48,11 +60,12 @@ pub struct Config {
     /// `SYMM_SCRATCH_BYTES`: per-communicator staging scratch (default 64 MiB).
     pub scratch_bytes: usize,
     /// `SYMM_LL_MAX_BYTES`: the most data one LL slot holds, one rank's
-    /// contribution to one call (default 512 KiB, 64 KiB to 4 MiB, rounded
-    /// down to 4 KiB). The slots take 2 parities x nranks x twice this of
-    /// symmetric memory per rank. `auto` stays within its measured limits;
-    /// `SYMM_ALGO=ll` uses all of it. The same on every rank.
-    pub ll_max_bytes: u64,
+    /// contribution to one call (default 1 MiB at 2 ranks, 512 KiB from
+    /// 3: [`ll_max_bytes`]; 64 KiB to 4 MiB, rounded down to 4 KiB). The
+    /// slots take 2 parities x nranks x twice this of symmetric memory per
+    /// rank. `auto` stays within its measured limits; `SYMM_ALGO=ll` uses
+    /// all of it. The same on every rank.
+    pub ll_max_bytes: Option<u64>,
     /// `SYMM_TEST_SHARED_DEVICES=1`: TEST ONLY. Lets several ranks of one
     /// communicator use the same GPU so that N-rank code paths can run on
     /// fewer GPUs. Never set it in production.
@@ -102,9 +115,11 @@ pub fn get() -> &'static Config {
             check: param(&mut w, "CHECK", 0u32) != 0,
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
-            ll_max_bytes: param_in_range(&mut w, "LL_MAX_BYTES", LL_MAX_BYTES_DEFAULT as f64, (64u64 << 10) as f64, (4u64 << 20) as f64) as u64
-                / 4096
-                * 4096,
+            ll_max_bytes: param_opt::<String>(&mut w, "LL_MAX_BYTES").map(|_| {
+                param_in_range(&mut w, "LL_MAX_BYTES", LL_MAX_BYTES_DEFAULT as f64, (64u64 << 10) as f64, (4u64 << 20) as f64) as u64
+                    / 4096
+                    * 4096
+            }),
             test_shared_devices: param(&mut w, "TEST_SHARED_DEVICES", 0u32) != 0,
             fused_workspace_bytes,
             fused_workspace_max_bytes,

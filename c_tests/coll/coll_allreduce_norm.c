@@ -12,8 +12,8 @@
  * outputs (symmAllReduceAddRMSNormFp8: a given scale and per-token scales),
  * and bad arguments (refused on each rank, nothing enqueued).
  *
- * With SYMM_ALGO=ll from 3 ranks, the shapes between the one-shot LL limit
- * and twice it take the two-shot LL form, where the rank that owns a row
+ * With SYMM_ALGO=ll from 3 ranks, and by default at 4, the shapes between
+ * the one-shot LL limit and twice it take the two-shot LL form, where the rank that owns a row
  * (rows * p / n onwards) adds its residual: one more case gives every rank
  * a different residual and checks that each row's residualOut, on every
  * rank, has its owner's (which the other forms would not give).
@@ -335,8 +335,13 @@ static void body(struct tw *w, void *ctx) {
     run_fp8_case(w, dt, 300, 4096, 1);
     run_fp8_case(w, dt, 131, 2048, 1);
   }
-  const char *algo = getenv("SYMM_ALGO");
-  if (algo && !strcmp(algo, "ll") && w->nranks >= 3) {
+  /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
+   * at 4 (src/coll/allreduce_norm.rs TWO_SHOT_DEFAULT_RANKS) without
+   * SYMM_CHECK. */
+  const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
+  int forced_ll = algo && !strcmp(algo, "ll") && w->nranks >= 3;
+  int by_default = (!algo || !*algo || !strcmp(algo, "auto")) && w->nranks == 4 && !(check && atoi(check));
+  if (forced_ll || by_default) {
     /* 131 x 2048 bf16 fits the two-shot form at 3 to 8 ranks. */
     residual_per_rank = 1;
     run_case(w, symmBfloat16, 131, 2048, CW_STAGED, SEPARATE, 1);

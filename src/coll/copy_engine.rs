@@ -20,7 +20,7 @@ use crate::cuda::cu;
 use crate::error::{Error, Result};
 use crate::memory::pad;
 
-fn copy(call: &Call, dst: CUdeviceptr, src: CUdeviceptr, bytes: u64) -> Result<()> {
+pub(super) fn copy(call: &Call, dst: CUdeviceptr, src: CUdeviceptr, bytes: u64) -> Result<()> {
     if bytes == 0 || dst == src {
         return Ok(());
     }

@@ -23,6 +23,7 @@ pub mod alltoallv_2d;
 pub mod alltoallv_device;
 pub mod broadcast;
 pub mod copy_engine;
+pub mod one_rank;
 pub mod p2p;
 mod ranges;
 pub mod reduce;
@@ -109,6 +110,15 @@ pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool 
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
+/// The LL limit at two ranks for the collectives of [`LL_FULL_COLLS`]
+/// (the slots hold that much there by default: config::ll_max_bytes). On
+/// 2 x H200 (2026-11-27, sixth session, symmetric buffers, eager / graph
+/// replayed): all-reduce of 1 MiB 11.70 / 10.34 us as LL against 13.94 /
+/// 12.36 for the synced kernels (NCCL 14.25 / 13.53); reduce-scatter,
+/// all-gather and all-to-all of 2 MiB (1 MiB a rank) 12.18, 11.23 and
+/// 11.13 us eager against 15.15, 12.95 and 12.42.
+const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
+
 /// The rank count (besides two) at which the LL limit is [`LL_AUTO_BYTES`]
 /// for the collectives of [`LL_FULL_COLLS`], because it was measured there.
 /// Elsewhere (3 ranks, 5 and more, and the other collectives; not measured
@@ -130,7 +140,9 @@ const LL_FULL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, Co
 
 /// The LL limit of `auto` (per rank's contribution, bytes).
 fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    if nranks <= 2 || (nranks == LL_FULL_RANKS && LL_FULL_COLLS.contains(&coll)) {
+    if nranks == 2 && LL_FULL_COLLS.contains(&coll) {
+        LL_AUTO_BYTES_TWO_RANKS
+    } else if nranks <= 2 || (nranks == LL_FULL_RANKS && LL_FULL_COLLS.contains(&coll)) {
         LL_AUTO_BYTES
     } else {
         LL_AUTO_BYTES / (nranks as u64 - 1)
@@ -653,8 +665,9 @@ mod tests {
 
     #[test]
     fn ll_limits_by_collective_and_ranks() {
-        assert_eq!(ll_auto_limit(CollId::AllReduce, 2), 512 << 10);
-        assert_eq!(ll_auto_limit(CollId::AllGather, 2), 512 << 10);
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 2), 1 << 20, "measured on 2 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 2), 1 << 20, "measured on 2 GPUs");
+        assert_eq!(ll_auto_limit(CollId::Broadcast, 2), 512 << 10, "not measured at 1 MiB");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);

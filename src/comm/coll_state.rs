@@ -46,7 +46,7 @@ pub struct CollState {
 
 impl CollState {
     /// Data bytes one LL slot holds, one rank's contribution to one LL
-    /// call (SYMM_LL_MAX_BYTES, default 512 KiB).
+    /// call (SYMM_LL_MAX_BYTES, default 1 MiB at 2 ranks, 512 KiB from 3).
     pub fn ll_max(&self) -> u64 {
         self.ll_slot / 2
     }
@@ -115,7 +115,7 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
     let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
     let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
-    let ll_slot = 2 * cfg.ll_max_bytes as usize; // a packet carries 8 data bytes in 16
+    let ll_slot = 2 * config::ll_max_bytes(cfg, nranks) as usize; // a packet carries 8 data bytes in 16
     let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
     let mut p2p_slots = [0u64; MAX_RANKS];

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::{boundary, comm_arg, types::*};
-use crate::coll::{self, Blocks, CollId, Request};
+use crate::coll::{self, one_rank, Blocks, CollId, Request};
 use crate::error::symmResult_t;
 use crate::group;
 
@@ -39,7 +39,7 @@ pub extern "C" fn symmAllReduce(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::AllReduce, sendbuff, recvbuff, count, datatype).op(op);
-    collective("symmAllReduce", comm, stream, req, coll::allreduce::all_reduce)
+    collective("symmAllReduce", comm, stream, req, one_rank::or(coll::allreduce::all_reduce))
 }
 
 /// All-reduce, residual add and RMSNorm in one call, as a tensor-parallel
@@ -125,7 +125,7 @@ pub extern "C" fn symmAllGather(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::AllGather, sendbuff, recvbuff, sendcount, datatype).blocks(Blocks::One, Blocks::PerRank);
-    collective("symmAllGather", comm, stream, req, coll::allgather::all_gather)
+    collective("symmAllGather", comm, stream, req, one_rank::or(coll::allgather::all_gather))
 }
 
 /// All-gather that also reports progress: `flags` is a device array of
@@ -171,7 +171,7 @@ pub extern "C" fn symmReduceScatter(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::ReduceScatter, sendbuff, recvbuff, recvcount, datatype).op(op).blocks(Blocks::PerRank, Blocks::One);
-    collective("symmReduceScatter", comm, stream, req, coll::reduce_scatter::reduce_scatter)
+    collective("symmReduceScatter", comm, stream, req, one_rank::or(coll::reduce_scatter::reduce_scatter))
 }
 
 /// Every rank's recvbuff = root's sendbuff (sendbuff is only read on root).
@@ -186,7 +186,7 @@ pub extern "C" fn symmBroadcast(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::Broadcast, sendbuff, recvbuff, count, datatype).root(root).blocks(Blocks::RootOnly, Blocks::One);
-    collective("symmBroadcast", comm, stream, req, coll::broadcast::broadcast)
+    collective("symmBroadcast", comm, stream, req, one_rank::or(coll::broadcast::broadcast))
 }
 
 /// root's recvbuff = op over ranks of sendbuff (recvbuff is only written on root).
@@ -202,7 +202,7 @@ pub extern "C" fn symmReduce(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::Reduce, sendbuff, recvbuff, count, datatype).op(op).root(root).blocks(Blocks::One, Blocks::RootOnly);
-    collective("symmReduce", comm, stream, req, coll::reduce::reduce)
+    collective("symmReduce", comm, stream, req, one_rank::or(coll::reduce::reduce))
 }
 
 /// Equal-block all-to-all: block r (count elements) of recvbuff = block
@@ -217,7 +217,7 @@ pub extern "C" fn symmAllToAll(
     stream: *mut CUstream_st,
 ) -> symmResult_t {
     let req = Request::new(CollId::AllToAll, sendbuff, recvbuff, count, datatype).blocks(Blocks::PerRank, Blocks::PerRank);
-    collective("symmAllToAll", comm, stream, req, coll::alltoall::all_to_all)
+    collective("symmAllToAll", comm, stream, req, one_rank::or(coll::alltoall::all_to_all))
 }
 
 /// All-to-all with a count and a displacement per peer, in elements (the
