@@ -237,10 +237,11 @@ static int run_one(void) {
   NCCL(c, ncclCommDestroy(c));
   char *text = log_text();
   size_t native = count_of(text, "path symmcomm"), nccl = count_of(text, ": path NCCL");
-  size_t direct = count_of(text, "from a registered buffer (zero-copy)");
   release_log();
   if (native != 1 || nccl != 0) DIE("log: %zu communicator(s) on the symmcomm path, %zu on NCCL; want 1 and 0", native, nccl);
-  if (!direct) DIE("log: no collective read a registered (window) input in place");
+  /* No zero-copy line to look for: at one rank a collective launches
+   * nothing (src/coll/one_rank.rs, as NCCL), it copies; the N-rank test
+   * below checks that windows are read in place. */
   printf("nccl_native one: every collective x %d types x 3 counts, windows and plain buffers: OK\n", ncclNumTypes);
   free(text);
   return 0;
@@ -266,7 +267,9 @@ static void fill_value(float *d, int p, size_t count) {
 
 /* All-reduce, all-gather and broadcast on a child, checked. */
 static void check_child(const struct child *k, cudaStream_t s) {
-  const size_t count = 200003;
+  /* 1.2 MB: above the LL limit (1 MiB a rank at 2 ranks), so that the
+   * registered inputs are read in place (checked in the log below). */
+  const size_t count = 300003;
   float *in, *out, *h = malloc(count * 4 * (size_t)k->n);
   NCCL(NULL, ncclMemAlloc((void **)&in, count * 4));
   NCCL(NULL, ncclMemAlloc((void **)&out, count * 4 * (size_t)k->n));
@@ -342,11 +345,12 @@ static void check_windows(ncclComm_t c, int n, cudaStream_t s) {
   NCCL(c, ncclCommWindowRegister(c, seg, seg_bytes, &w1, NCCL_WIN_COLL_SYMMETRIC));
   NCCL(NULL, ncclGroupEnd());
   /* Only a part of the second segment, at an odd offset. */
-  NCCL(c, ncclCommWindowRegister(c, seg2 + (1 << 20) + 4096, 2 << 20, &w2, NCCL_WIN_COLL_SYMMETRIC));
+  NCCL(c, ncclCommWindowRegister(c, seg2 + (1 << 20) + 4096, 3 << 20, &w2, NCCL_WIN_COLL_SYMMETRIC));
   float *t1 = (float *)(seg + (2 << 20) + 512); /* a tensor inside the whole-segment window */
   float *t2 = (float *)(seg2 + (1 << 20) + 4096 + 256); /* inside the partial window */
-  /* Per-rank shares above the LL size at every rank count (LL ignores buffer kinds). */
-  const size_t rs = 500000 / (size_t)n, count2 = rs * (size_t)n;
+  /* Per-rank shares above the LL size at every rank count (LL ignores
+   * buffer kinds; 1 MiB a rank at 2 ranks): 2.4 MB in the 3 MiB window. */
+  const size_t rs = 600000 / (size_t)n, count2 = rs * (size_t)n;
   float *out2;
   NCCL(NULL, ncclMemAlloc((void **)&out2, count2 * 4));
   fill_value(t1, g_rank, count);

@@ -320,7 +320,9 @@ def test_host_table_from_the_host_tier():
     assert head == "| path | 8 B | 4 KiB | 256 KiB | 4 MiB | target (host CPU per call) | met |"
     rows = table_rows(host)
     assert list(rows) == [
-        "`symmAllReduce` (C API)", "`ncclAllReduce`, NCCL", "`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=symm`",
+        "`symmAllReduce` (C API; one rank launches nothing, as NCCL)",
+        "`symmAllReduce` (C API), 2 ranks sharing the GPU: a kernel per call",
+        "`cuLaunchKernel` floor, 2 ranks sharing the GPU (488 bytes of arguments)", "`ncclAllReduce`, NCCL", "`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=symm`",
         "`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=auto`", "grouped `symmSend`/`symmRecv` (C API)",
         "grouped `ncclSend`/`ncclRecv`, NCCL", "grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=symm`",
         "grouped `ncclSend`/`ncclRecv`, drop-in, `SYMM_NCCL_MODE=auto`", "Python `Communicator.all_reduce`",
@@ -328,7 +330,12 @@ def test_host_table_from_the_host_tier():
         "PyTorch `dist.all_reduce`, NCCL", "PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=symm`",
         "PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=auto`"]
     # symmAllReduce from the run beside the real NCCL; 3.2 µs at 4 MiB is over its 3 µs.
-    assert rows["`symmAllReduce` (C API)"] == ["2.2", "2.3", "2.4", "3.2", "≤ 3 µs", "**no**: 4 MiB (3.2 > 3.0)"]
+    assert rows["`symmAllReduce` (C API; one rank launches nothing, as NCCL)"] == [
+        "2.2", "2.3", "2.4", "3.2", "≤ 3 µs", "**no**: 4 MiB (3.2 > 3.0)"]
+    # The kernel path: two ranks sharing the GPU, only the symm rows and the launch floor of that run.
+    assert rows["`symmAllReduce` (C API), 2 ranks sharing the GPU: a kernel per call"][:4] == ["4.6", "4.7", "4.9", "5.0"]
+    assert rows["`cuLaunchKernel` floor, 2 ranks sharing the GPU (488 bytes of arguments)"][:4] == ["4.0", "4.1", "4.2", "4.2"]
+    assert "- C, 2 ranks sharing the GPU: `eager_bench mp --nranks=2" in host
     assert rows["`ncclAllReduce`, NCCL"] == ["4.1", "4.1", "4.2", "4.3", "the drop-in's reference", "—"]
     assert rows["`ncclAllReduce`, drop-in, `SYMM_NCCL_MODE=symm`"] == ["2.6", "2.6", "2.7", "2.9", "≤ NCCL + 2 µs", "yes"]
     # auto: 6.5 µs at 4 MiB against NCCL's 4.3 + 2.
@@ -341,11 +348,12 @@ def test_host_table_from_the_host_tier():
     assert rows["Python `Communicator.all_reduce`"] == ["7.4", "7.5", "7.6", "10.8", "≤ 10 µs",
                                                          "**no**: 4 MiB (10.8 > 10.0)"]
     assert rows["Python ctypes `symmAllReduce` (raw call)"] == ["3.2", "3.2", "3.3", "3.5", "—", "—"]
-    assert rows["PyTorch `dist.all_reduce`, NCCL"][:4] == ["14.8", "14.9", "15.0", "15.3"]
+    # PyTorch rows: the minimum over the runs (judged), the median in brackets.
+    assert rows["PyTorch `dist.all_reduce`, NCCL"][:4] == ["14.4 (14.8)", "14.5 (14.9)", "14.6 (15.0)", "14.8 (15.3)"]
     assert rows["PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=symm`"][4:] == [
         "≤ PyTorch's NCCL + 2 µs", "yes"]
     assert rows["PyTorch `dist.all_reduce`, preloaded drop-in, `SYMM_NCCL_MODE=auto`"][5] == \
-        "**no**: 256 KiB (17.3 > 17.0), 4 MiB (17.4 > 17.3)"
+        "**no**: 256 KiB (16.8 > 16.6), 4 MiB (16.9 > 16.8)"
     # Where each group of rows comes from.
     assert "(2026-12-03 10:00:00 UTC; NCCL rows: NCCL, library `/usr/local/lib/python3.12/dist-packages/nvidia/nccl/" \
            "lib/libnccl.so.2`)" in host
@@ -366,8 +374,8 @@ def test_eager_bench_tables_per_size_and_op():
     run's command and environment."""
     md = pt.render(host_inputs())
     titles = [line for line in md.splitlines() if line.startswith("#### C API:")]
-    assert len(titles) == 24  # 2 ops x 3 runs x 4 sizes
-    assert titles.count("#### C API: eager all-reduce loop of 8 B, per call, min/median/max over runs") == 3
+    assert len(titles) == 28  # 2 ops x 3 runs x 4 sizes, and the 2-rank all-reduce run's 4
+    assert titles.count("#### C API: eager all-reduce loop of 8 B, per call, min/median/max over runs") == 4
     assert titles.count("#### C API: eager grouped send/recv loop of 4 MiB, per call, min/median/max over runs") == 3
     runs = pt.parse_device_bench((HOST / "host_c_sendrecv_auto.log").read_text())
     assert len(runs) == 1
@@ -577,7 +585,7 @@ def test_device_measure_dry_run(tmp_path, args):
     assert steps and all(": ok" in line for line in steps), summary
     names = [line.split(":")[0][3:] for line in steps]
     host = ["host_c_allreduce_nccl", "host_c_allreduce_symm", "host_c_allreduce_auto", "host_c_sendrecv_nccl",
-            "host_c_sendrecv_symm", "host_c_sendrecv_auto", "host_python", "host_torch_nccl", "host_torch_symm-symm",
+            "host_c_sendrecv_symm", "host_c_sendrecv_auto", "host_c2_allreduce_symm", "host_python", "host_torch_nccl", "host_torch_symm-symm",
             "host_torch_symm-auto"]
     logs = tmp_path / "symmcomm-measure-logs" / "measure"
     if args == ["--smoke"]:
@@ -658,4 +666,5 @@ def test_data_files_are_what_the_tests_say():
     assert kinds == {"host_python.json": "host_cost", "host_torch_nccl.json": "eager_loop",
                      "host_torch_symm-symm.json": "eager_loop", "host_torch_symm-auto.json": "eager_loop"}
     logs = sorted(p.name for p in HOST.iterdir() if p.suffix == ".log")
-    assert logs == [f"host_c_{op}_{role}.log" for op in ("allreduce", "sendrecv") for role in ("auto", "nccl", "symm")]
+    assert logs == ["host_c2_allreduce_symm.log"] + [
+        f"host_c_{op}_{role}.log" for op in ("allreduce", "sendrecv") for role in ("auto", "nccl", "symm")]
