@@ -313,8 +313,9 @@ static void body(struct tw *w, void *ctx) {
   (void)ctx;
   if (tw_init_comms(w) != symmSuccess) return;
   /* tokens x hidden: LL-sized (one row, a few, 16-byte rows), 524 and 768
-   * KiB in 16 bits (above the one-shot LL limit: the two-shot LL form with
-   * SYMM_ALGO=ll from 3 ranks where it fits, else the two-kernel form),
+   * KiB in 16 bits (one-shot LL at 2 ranks; above its limit from 3: the
+   * two-shot LL form where it fits, by default at 4 and with SYMM_ALGO=ll
+   * from 3, else the two-kernel form),
    * from 2 MiB (the two-kernel form), and the widest row (64 KiB: 8 units
    * a thread). */
   static const size_t shapes[][2] = {{1, 4096}, {7, 1024}, {16, 8}, {48, 2048}, {131, 2048}, {96, 4096}, {300, 4096}};

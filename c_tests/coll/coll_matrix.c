@@ -30,8 +30,8 @@
  *           and avg (n-dependent); six placements (out of place: staged aligned,
  *           registered offset, symmetric aligned, symmetric send-offset; in
  *           place: symmetric aligned, staged offset), the root turning with
- *           the placement. 65539 elements straddle the LL limit (512 KiB /
- *           (n - 1)) and the two-shot threshold (256 KiB) depending on n
+ *           the placement. 65539 elements straddle the LL limit (1 MiB at
+ *           2 ranks, 512 KiB at 4, 512 KiB / (n - 1) otherwise) and the two-shot threshold (256 KiB) depending on n
  *           and the element size.
  *   tier M  count 4 Mi (4194304): every collective and dtype; ops sum and
  *           max; every root; three variants: staged in place (out of place

@@ -260,9 +260,9 @@ def collectives_every_dtype(c: Ctx):
 @check
 def collectives_on_symmetric_tensors(c: Ctx):
     """The same collectives with inputs and outputs in symmetric memory (the
-    zero-copy path)."""
+    zero-copy path: 1.2 MB, above the LL limit, 1 MiB a rank at 2 ranks)."""
     comm, dev, W, R = c.comm, c.device, c.world, c.rank
-    n = 200_003
+    n = 300_003
     ins = [values(r, n, torch.float32, 4, dev) for r in range(W)]
     x = symm_mem.empty(n, dtype=torch.float32, device=dev)
     x.copy_(ins[R].float())
@@ -290,7 +290,7 @@ def torch_symm_mem_all_reduce_names(c: Ctx):
     in place, at sizes on both sides of the LL limit."""
     dev, W, R = c.device, c.world, c.rank
     name = dist.group.WORLD.group_name
-    for n in (4099, 300_001):
+    for n in (4099, 600_001):  # 8 KB and 1.2 MB: the LL limit is 1 MiB at 2 ranks
         ins = [values(r, n, torch.bfloat16, 6, dev) for r in range(W)]
         x = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
         x.copy_(ins[R].to(torch.bfloat16))
