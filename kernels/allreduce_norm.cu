@@ -152,11 +152,41 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
 // Row `row`'s sums into x: every rank's units in rank order, this rank's
 // from its input, the peers' from their LL packets in this rank's slots
 // (the row's first unit at packet `at`). False in a thread that gave up
-// (or that started with `ok` false: it waits for nothing more).
+// (or that started with `ok` false: it waits for nothing more). With
+// `together` (SYMM_NORM_SPREAD) a thread first looks once at every peer's
+// packet of a unit, so those loads are in flight at the same time, and
+// waits only for the ones not there yet; otherwise it waits for each peer
+// in turn.
 template <typename T>
 __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLState& s, uint64_t row, uint64_t upr,
-                                                uint64_t at, bool ok, float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+                                                uint64_t at, bool ok, bool together,
+                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
   constexpr uint32_t E = 8 / sizeof(T);
+  if (together) {
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
+      if (j >= upr) break;
+      uint4 seen[SYMM_MAX_RANKS];
+#pragma unroll
+      for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r)
+        if (r < a.nranks && r != a.rank) seen[r] = ll_peek(ll_slot(a, a.rank, s.parity, r) + at + j);
+#pragma unroll
+      for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
+        if (r >= a.nranks) break;
+        LLUnit<T> in;
+        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
+        else if (!ll_arrived(seen[r], s.flag, &in.u) &&
+                 (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + at + j, s.flag, r, &in.u))) {
+          ok = false;
+          in.u = make_uint2(0, 0);
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+      }
+    }
+    return ok;
+  }
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
     const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
@@ -181,18 +211,28 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   constexpr uint32_t E = 8 / sizeof(T);
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
-  // This block's rows to every peer first, so no rank waits on a row that
-  // a block of its own has not sent yet.
-  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
-    for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) {
-      const uint64_t u = row * upr + j;
-      const uint2 v = *reinterpret_cast<const uint2*>(a.send + u * 8);
-      for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
-    }
+  const bool spread = n.flags & SYMM_NORM_SPREAD;
+  auto send = [&](uint64_t u) {
+    const uint2 v = *reinterpret_cast<const uint2*>(a.send + u * 8);
+    for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+  };
+  // Everything this block sends goes before it waits for anything, so no
+  // rank waits on a packet that a block of its own has not sent yet: its
+  // own rows, or with SYMM_NORM_SPREAD an equal contiguous share of all the
+  // units (a row's packets then leave from several SMs; the grid may have
+  // more blocks than rows, and those only send).
+  if (spread) {
+    const uint64_t total = n.rows * upr, per = (total + gridDim.x - 1) / gridDim.x;
+    const uint64_t end = min(total, (blockIdx.x + 1) * per);
+    for (uint64_t u = blockIdx.x * per + threadIdx.x; u < end; u += blockDim.x) send(u);
+  } else {
+    for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
+      for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) send(row * upr + j);
+  }
   bool ok = true;
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
-    ok = norm_gather_row<T>(a, s, row, upr, row * upr, ok, x);
+    ok = norm_gather_row<T>(a, s, row, upr, row * upr, ok, spread, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
@@ -242,7 +282,7 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   //    rounded residual_out goes back to every peer as it is stored.
   for (uint64_t row = mine0 + blockIdx.x; row < mine1; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
-    ok = norm_gather_row<T>(a, s, row, upr, (row - mine0) * upr, ok, x);
+    ok = norm_gather_row<T>(a, s, row, upr, (row - mine0) * upr, ok, n.flags & SYMM_NORM_SPREAD, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;

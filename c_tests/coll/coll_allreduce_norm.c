@@ -95,6 +95,30 @@ static void reference_sums(int n, size_t tokens, size_t hidden, double *x) {
 
 enum alias { SEPARATE, IN_PLACE };
 
+/* Whether SYMM_ALGO (tokens joined by '+' or ',') names `tok`. */
+static int has_token(const char *algo, const char *tok) {
+  size_t n = strlen(tok);
+  for (const char *p = algo; p && *p;) {
+    size_t len = strcspn(p, "+,");
+    if (len == n && !strncmp(p, tok, n)) return 1;
+    p += len + (p[len] != '\0');
+  }
+  return 0;
+}
+
+/* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
+ * Algo::is_auto: only "auto", "spread" and "grid=N" tokens. */
+static int auto_choice(const char *algo) {
+  for (const char *p = algo; p && *p;) {
+    size_t len = strcspn(p, "+,");
+    int tuning = len == 0 || (len == 4 && !strncmp(p, "auto", 4)) || (len == 6 && !strncmp(p, "spread", 6)) ||
+                 !strncmp(p, "grid=", 5);
+    if (!tuning) return 0;
+    p += len + (p[len] != '\0');
+  }
+  return 1;
+}
+
 /* One case on every rank; graph: capture the call and replay it twice. */
 static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw_class cls, enum alias al, int graph) {
   const int es = cw_dt[dt].size, n = w->nranks, di = dt_index(dt);
@@ -338,10 +362,10 @@ static void body(struct tw *w, void *ctx) {
   }
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/allreduce_norm.rs TWO_SHOT_DEFAULT_RANKS) without
-   * SYMM_CHECK. */
+   * SYMM_CHECK (`spread` and `grid=N` tune kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
-  int forced_ll = algo && !strcmp(algo, "ll") && w->nranks >= 3;
-  int by_default = (!algo || !*algo || !strcmp(algo, "auto")) && w->nranks == 4 && !(check && atoi(check));
+  int forced_ll = has_token(algo, "ll") && w->nranks >= 3;
+  int by_default = auto_choice(algo) && w->nranks == 4 && !(check && atoi(check));
   if (forced_ll || by_default) {
     /* 131 x 2048 bf16 fits the two-shot form at 3 to 8 ranks. */
     residual_per_rank = 1;

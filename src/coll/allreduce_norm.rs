@@ -26,7 +26,9 @@ use cudarc::driver::sys::CUstream;
 use super::ranges::check_disjoint;
 use super::{allreduce, CollId, Request};
 use crate::comm::Comm;
-use crate::cuda::abi::{NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE};
+use crate::cuda::abi::{
+    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE, NORM_SPREAD,
+};
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
@@ -38,6 +40,14 @@ use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
 /// 4096, 23.33 against 28.04 at hidden 8192 (NCCL and the same norm kernel
 /// 30.5 and 32.6). Other rank counts keep their forms until measured.
 const TWO_SHOT_DEFAULT_RANKS: usize = 4;
+
+/// With `spread` (SYMM_ALGO token), the 8-byte units one block of the
+/// one-shot LL form sends at most, as the all-reduce's LL kernel gives a
+/// block of LL_SMALL_BLOCK threads one each: at decode sizes a row per
+/// block leaves one SM to store 3 x 16 KiB of packets (hidden 4096, 4
+/// ranks), where the all-reduce alone spreads them over 8
+/// (docs/PERFORMANCE.md, sixth session's hypotheses).
+const SPREAD_UNITS: u64 = 128;
 
 /// What `out` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,7 +219,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         eps: r.eps,
         scales: scales as u64,
         quant,
-        pad: 0,
+        flags: if call.algo.spread { NORM_SPREAD } else { 0 },
     };
     n.coll.recv = r.out as u64;
     let one_shot = call.use_ll(bytes as u64);
@@ -225,7 +235,13 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         allreduce::all_reduce(&call)?;
         n.coll.send = sums as u64;
     }
-    let grid = (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32;
+    let grid = if one_shot && call.algo.spread {
+        // At least one block per SPREAD_UNITS of the message, so that no SM
+        // sends more than the all-reduce's LL kernel gives one.
+        (r.tokens as u64).max((r.tokens as u64 * units).div_ceil(SPREAD_UNITS)).min(comm.coll.max_grid as u64) as u32
+    } else {
+        (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32
+    };
     let kernel = if one_shot {
         k.ll
     } else if two_shot {

@@ -54,10 +54,11 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default (not yet measured
 /// on several GPUs).
-/// `grid=N` caps the blocks and leaves the choice `auto` ([`Algo::is_auto`]).
+/// `grid=N` and `spread` tune kernels and leave the choice `auto`
+/// ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     if chosen.is_auto() && nranks == 2 {
-        Algo { classic: true, grid_log2: chosen.grid_log2, ..Algo::AUTO }
+        Algo { classic: true, grid_log2: chosen.grid_log2, spread: chosen.spread, ..Algo::AUTO }
     } else {
         chosen
     }
@@ -705,6 +706,10 @@ mod tests {
         assert!(capped.is_auto(), "grid=N alone keeps auto's choices");
         assert_eq!(default_algo(capped, 2), Algo { classic: true, grid_log2: capped.grid_log2, ..Algo::AUTO });
         assert!(!Algo::parse("grid=32+push").unwrap().is_auto());
+        let spread = Algo::parse("spread").unwrap();
+        assert!(spread.is_auto(), "spread alone keeps auto's choices");
+        assert_eq!(default_algo(spread, 2), Algo { classic: true, spread: true, ..Algo::AUTO });
+        assert_eq!(default_algo(spread, 4), spread);
         assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
         assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
         let chosen = Algo::parse("twoshot+pipe").unwrap();

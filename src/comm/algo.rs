@@ -55,6 +55,12 @@ pub struct Algo {
     /// (NCCL moves them with far fewer). log2(N) + 1; 0: the default (the
     /// slowest rank's SM count, at most 128).
     pub grid_log2: u8,
+    /// `spread`: the fused all-reduce + RMSNorm's one-shot LL form sends
+    /// every row's packets from several blocks (SMs) instead of the row's
+    /// own block, and its LL forms poll every peer's packet of a unit at
+    /// once (kernels/allreduce_norm.cu). A tuning of those kernels, not a
+    /// choice of kernel: alone it keeps `auto`'s choices.
+    pub spread: bool,
 }
 
 impl Algo {
@@ -67,12 +73,13 @@ impl Algo {
             p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0 },
             classic: false,
             grid_log2: 0,
+            spread: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// aside: it bounds the blocks, not the choice of kernel).
+    /// and `spread` aside: they tune kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        Algo { grid_log2: 0, ..self } == Algo::AUTO
+        Algo { grid_log2: 0, spread: false, ..self } == Algo::AUTO
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -95,6 +102,7 @@ impl Algo {
                 "pipe" => a.pipe = true,
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
+                "spread" => a.spread = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -106,7 +114,7 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, joined with '+')"
                     ))
                 }
             }
@@ -137,17 +145,27 @@ impl Algo {
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
-        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30.
+        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31.
         base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
+            | (self.spread as u32) << 31
     }
 
     fn from_bits(b: u32) -> Algo {
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
         let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff);
         let grid_log2 = ((b >> 27) & 0xf) as u8;
-        Algo { base, push: b & 4 != 0, pipe: b & 8 != 0, p2p: b & 16 != 0, p2p_shape, classic: b & 32 != 0, grid_log2 }
+        Algo {
+            base,
+            push: b & 4 != 0,
+            pipe: b & 8 != 0,
+            p2p: b & 16 != 0,
+            p2p_shape,
+            classic: b & 32 != 0,
+            grid_log2,
+            spread: b >> 31 != 0,
+        }
     }
 }
 
@@ -167,6 +185,7 @@ impl std::fmt::Display for Algo {
             (self.p2p, p2p.as_str()),
             (self.classic, "classic"),
             (self.grid_log2 != 0, grid.as_str()),
+            (self.spread, "spread"),
         ] {
             if on {
                 parts.push(name);
@@ -361,6 +380,10 @@ mod tests {
         let widest = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536").unwrap();
         assert_eq!(Algo::from_bits(widest.to_bits()), widest, "grid=N's bits stay clear of the shape's");
         assert_eq!(Algo::parse("grid=1").unwrap().grid_cap(), 1);
+        let spread = Algo::parse("ll+grid=128+spread+p2p:blocks=64:kib=65536:warps=16:direct=65536").unwrap();
+        assert!(spread.spread && spread.grid_cap() == 128 && !Algo::AUTO.spread);
+        assert_eq!(Algo::from_bits(spread.to_bits()), spread, "spread's bit stays clear of grid=N's");
+        assert_eq!(Algo::parse("spread").unwrap().to_string(), "auto+spread");
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

@@ -259,7 +259,8 @@ pub struct NormArgs {
     pub eps: f32,
     pub scales: u64,
     pub quant: u32,
-    pub pad: u32,
+    /// NORM_SPREAD.
+    pub flags: u32,
 }
 const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4 + 8 + 16);
 
@@ -267,6 +268,11 @@ const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<Col
 pub(crate) const NORM_SAME_TYPE: u32 = 0;
 pub(crate) const NORM_FP8_TENSOR: u32 = 1;
 pub(crate) const NORM_FP8_TOKEN: u32 = 2;
+
+/// `SYMM_NORM_SPREAD` (NormArgs::flags, SYMM_ALGO token `spread`): the
+/// one-shot LL form's sends spread over every block of the grid, and the
+/// LL forms poll a unit's packets from every peer at once.
+pub(crate) const NORM_SPREAD: u32 = 1;
 
 /// `SYMM_NORM_MAX_UNITS`, `SYMM_NORM_MAX_THREADS`: a row is at most
 /// 8 x 1024 units of 8 bytes.
