@@ -65,21 +65,30 @@ template <uint32_t E> union Fp8Unit {
   typename std::conditional<E == 4, uint32_t, uint16_t>::type u;
 };
 
-// Row `row`'s sums are in x (this thread's units k: unit threadIdx.x + k *
-// blockDim.x of the row): add the residual, store residual_out and keep
+// What one block holds of a row: units [lo, hi) of row `row`, a row
+// being upr units. The whole row, or with SYMM_NORM_SPREAD's parts one of
+// several pieces (the two-shot form). Thread t holds units lo + t + k *
+// blockDim.x (its x[k]).
+struct NormPart {
+  uint64_t row, upr, lo, hi;
+  __device__ __forceinline__ uint64_t unit(uint32_t k) const { return lo + threadIdx.x + (uint64_t)k * blockDim.x; }
+};
+__device__ __forceinline__ NormPart whole_row(uint64_t row, uint64_t upr) { return NormPart{row, upr, 0, upr}; }
+
+// The part's sums are in x: add the residual, store residual_out and keep
 // its rounded values in x; `sent(j, unit)` sees every residual_out unit
 // (the two-shot form sends it to the peers). Returns the thread's sum of
 // squares.
 template <typename T, typename Sent>
-__device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+__device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, const NormPart& p,
                                                    float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], Sent sent) {
   constexpr uint32_t E = 8 / sizeof(T);
   float ss = 0.f;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-    if (j >= upr) break;
-    const uint64_t off = (row * upr + j) * 8;
+    const uint64_t j = p.unit(k);
+    if (j >= p.hi) break;
+    const uint64_t off = (p.row * p.upr + j) * 8;
     LLUnit<T> res, out;
     res.u = *reinterpret_cast<const uint2*>(n.residual + off);
 #pragma unroll
@@ -95,19 +104,20 @@ __device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, uint64
   return ss;
 }
 
-// Normalise row `row` from residual_out's values in x (squares: the row's
-// sum of squares, norm_block_reduce of norm_add_residual's) and store out.
-// Every thread of the block calls it (block reduction for the fp8 scale).
+// Normalise the part from residual_out's values in x (squares: the whole
+// row's sum of squares) and store out. Every thread of the block calls it
+// (block reduction for the fp8 per-token scale, which needs the whole row
+// in the block).
 template <typename T, int Q>
-__device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+__device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, const NormPart& p,
                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], float squares) {
   constexpr uint32_t E = 8 / sizeof(T);
   const float inv = rsqrtf(squares / (float)n.hidden + n.eps);
   float amax = 0.f;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-    if (j >= upr) break;
+    const uint64_t j = p.unit(k);
+    if (j >= p.hi) break;
     LLUnit<T> w, out;
     w.u = *reinterpret_cast<const uint2*>(n.weight + j * 8);
 #pragma unroll
@@ -116,7 +126,7 @@ __device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, uint64_t r
       out.e[e] = from_acc<T>(x[k][e]);
       amax = fmaxf(amax, fabsf(x[k][e]));
     }
-    if (Q == SYMM_NORM_SAME_TYPE) *reinterpret_cast<uint2*>(n.coll.recv + (row * upr + j) * 8) = out.u;
+    if (Q == SYMM_NORM_SAME_TYPE) *reinterpret_cast<uint2*>(n.coll.recv + (p.row * p.upr + j) * 8) = out.u;
   }
   if (Q == SYMM_NORM_SAME_TYPE) return;
   // fp8: y / scale, saturated to e4m3's +-448. Per token, the scale makes
@@ -125,28 +135,28 @@ __device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, uint64_t r
   float scale;
   if (Q == SYMM_NORM_FP8_TOKEN) {
     scale = fmaxf(norm_block_reduce<true>(amax) / 448.f, 1.f / (448.f * 512.f));
-    if (threadIdx.x == 0) n.scales[row] = scale;
+    if (threadIdx.x == 0) n.scales[p.row] = scale;
   } else {
     scale = n.scales[0];
   }
   const float rcp = 1.f / scale;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-    if (j >= upr) break;
+    const uint64_t j = p.unit(k);
+    if (j >= p.hi) break;
     Fp8Unit<E> q;
 #pragma unroll
     for (uint32_t e = 0; e < E; ++e) q.e[e] = __nv_fp8_e4m3(x[k][e] * rcp);  // saturates (satfinite)
-    *reinterpret_cast<decltype(q.u)*>(n.coll.recv + (row * upr + j) * E) = q.u;
+    *reinterpret_cast<decltype(q.u)*>(n.coll.recv + (p.row * p.upr + j) * E) = q.u;
   }
 }
 
-// Both steps for a row whose sums are in x.
+// Both steps for a whole row whose sums are in x.
 template <typename T, int Q>
-__device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t row, uint64_t upr,
+__device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, const NormPart& p,
                                                 float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
-  const float ss = norm_add_residual<T>(n, row, upr, x, [](uint64_t, uint2) {});
-  norm_scale_row<T, Q>(n, row, upr, x, norm_block_reduce<false>(ss));
+  const float ss = norm_add_residual<T>(n, p, x, [](uint64_t, uint2) {});
+  norm_scale_row<T, Q>(n, p, x, norm_block_reduce<false>(ss));
 }
 
 // Row `row`'s sums into x: every rank's units in rank order, this rank's
@@ -158,15 +168,15 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, uint64_t 
 // waits only for the ones not there yet; otherwise it waits for each peer
 // in turn.
 template <typename T>
-__device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLState& s, uint64_t row, uint64_t upr,
+__device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLState& s, const NormPart& p,
                                                 uint64_t at, bool ok, bool together,
                                                 float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
   constexpr uint32_t E = 8 / sizeof(T);
   if (together) {
 #pragma unroll
     for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
+      const uint64_t j = p.unit(k);
+      if (j >= p.hi) break;
       uint4 seen[SYMM_MAX_RANKS];
 #pragma unroll
       for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r)
@@ -175,7 +185,7 @@ __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLS
       for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
         if (r >= a.nranks) break;
         LLUnit<T> in;
-        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
+        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (p.row * p.upr + j) * 8);
         else if (!ll_arrived(seen[r], s.flag, &in.u) &&
                  (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + at + j, s.flag, r, &in.u))) {
           ok = false;
@@ -189,11 +199,11 @@ __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLS
   }
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-    const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-    if (j >= upr) break;
+    const uint64_t j = p.unit(k);
+    if (j >= p.hi) break;
     for (uint32_t r = 0; r < a.nranks; ++r) {
       LLUnit<T> in;
-      if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8);
+      if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (p.row * p.upr + j) * 8);
       else if (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + at + j, s.flag, r, &in.u)) {
         ok = false;
         in.u = make_uint2(0, 0);
@@ -232,14 +242,15 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   bool ok = true;
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
-    ok = norm_gather_row<T>(a, s, row, upr, row * upr, ok, spread, x);
+    const NormPart p = whole_row(row, upr);
+    ok = norm_gather_row<T>(a, s, p, row * upr, ok, spread, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;
     }
-    norm_finish_row<T, Q>(n, row, upr, x);
+    norm_finish_row<T, Q>(n, p, x);
   }
   ll_end(a, s, ok);
 }
@@ -261,12 +272,21 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
   const uint64_t rows = n.rows;
+  const bool together = n.flags & SYMM_NORM_SPREAD;
+  // Each row in `parts` pieces, a block each (1 but with SYMM_NORM_SPREAD,
+  // where the host gives every owned piece its own block: a piece waits
+  // for its siblings' sums of squares).
+  const uint32_t parts = max(1u, (n.flags >> SYMM_NORM_PARTS_SHIFT) & 0xffu);
+  const uint64_t per = (upr + parts - 1) / parts;
+  auto piece = [&](uint64_t row, uint32_t c) { return NormPart{row, upr, min(upr, c * per), min(upr, (c + 1) * per)}; };
   // A slot, in packets: the input rows an owner receives [0, back), the
   // residual_out rows coming back from it [back, 2 * back) (the host
-  // checked that they fit, and that a slot holds a packet per row).
+  // checked that they fit, and that a rank's own slot holds a packet per
+  // piece of every row: the pieces' sums of squares).
   const uint64_t back = (rows + a.nranks - 1) / a.nranks * upr;
   const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
   const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
+  uint4* const squares_in = ll_slot(a, a.rank, s.parity, a.rank);  // [row * parts + piece]
   // 1. The peers' rows to their owners first, so no owner waits on a row a
   //    block of ours has not sent yet. A block sends, and later writes,
   //    the rows blockIdx.x + k * gridDim.x: out may be the input.
@@ -278,41 +298,66 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
       ll_put(slot + j, *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8), s.flag);
   }
   bool ok = true;
-  // 2. Our rows: every rank's part in rank order, plus the residual; the
-  //    rounded residual_out goes back to every peer as it is stored.
-  for (uint64_t row = mine0 + blockIdx.x; row < mine1; row += gridDim.x) {
+  // 2. Our rows' pieces: every rank's part in rank order, plus the
+  //    residual; the rounded residual_out goes back to every peer as it is
+  //    stored, and the piece's sum of squares to every rank (its own too,
+  //    when the row has several pieces); the row's sum is the pieces' in
+  //    order, the same bits everywhere.
+  for (uint64_t w = blockIdx.x; w < (mine1 - mine0) * parts; w += gridDim.x) {
+    const uint64_t row = mine0 + w / parts;
+    const uint32_t c = (uint32_t)(w % parts);
+    const NormPart p = piece(row, c);
     float x[SYMM_NORM_MAX_UNITS][E];
-    ok = norm_gather_row<T>(a, s, row, upr, (row - mine0) * upr, ok, n.flags & SYMM_NORM_SPREAD, x);
+    ok = norm_gather_row<T>(a, s, p, (row - mine0) * upr, ok, together, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;
     }
     const uint64_t at = back + (row - mine0) * upr;
-    const float ss = norm_add_residual<T>(n, row, upr, x, [&](uint64_t j, uint2 v) {
+    const float ss = norm_add_residual<T>(n, p, x, [&](uint64_t j, uint2 v) {
       for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
     });
-    const float squares = norm_block_reduce<false>(ss);
+    float squares = norm_block_reduce<false>(ss);
     if (threadIdx.x == 0)
-      for (uint32_t k = 1; k < a.nranks; ++k)
-        ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, (a.rank + k) % a.nranks) + row,
-               make_uint2(__float_as_uint(squares), 0u), s.flag);
-    norm_scale_row<T, Q>(n, row, upr, x, squares);
+      for (uint32_t k = parts == 1 ? 1 : 0; k < a.nranks; ++k) {
+        const uint32_t q = (a.rank + k) % a.nranks;
+        ll_put(ll_slot(a, q, s.parity, q) + row * parts + c, make_uint2(__float_as_uint(squares), 0u), s.flag);
+      }
+    if (parts > 1) {
+      squares = 0.f;
+      for (uint32_t d = 0; d < parts; ++d) {
+        uint2 v = make_uint2(0u, 0u);
+        ok = ok && ll_get(a, squares_in + row * parts + d, s.flag, a.rank, &v);
+        squares += __uint_as_float(v.x);
+      }
+      if (__syncthreads_or(!ok)) {
+        ok = false;
+        break;
+      }
+    }
+    norm_scale_row<T, Q>(n, p, x, squares);
   }
-  // 3. The peers' rows: residual_out from their owner, normalised here.
-  for (uint64_t row = blockIdx.x; ok && row < rows; row += gridDim.x) {
-    const uint32_t p = norm_owner(rows, a.nranks, row);
-    if (p == a.rank) continue;
-    const uint64_t at = row - norm_owner_begin(rows, a.nranks, p);
-    const uint4* from = ll_slot(a, a.rank, s.parity, p) + back + at * upr;
-    uint2 sq = make_uint2(0u, 0u);
-    ok = ok && ll_get(a, ll_slot(a, a.rank, s.parity, a.rank) + row, s.flag, p, &sq);
+  // 3. The peers' rows, piece by piece: residual_out from their owner,
+  //    normalised here with the sum of the owner's pieces' squares.
+  for (uint64_t w = blockIdx.x; ok && w < rows * parts; w += gridDim.x) {
+    const uint64_t row = w / parts;
+    const uint32_t owner = norm_owner(rows, a.nranks, row);
+    if (owner == a.rank) continue;
+    const NormPart p = piece(row, (uint32_t)(w % parts));
+    const uint4* from = ll_slot(a, a.rank, s.parity, owner) + back + (row - norm_owner_begin(rows, a.nranks, owner)) * upr;
+    float squares = 0.f;
+    for (uint32_t d = 0; d < parts; ++d) {
+      uint2 v = make_uint2(0u, 0u);
+      ok = ok && ll_get(a, squares_in + row * parts + d, s.flag, owner, &v);
+      squares += __uint_as_float(v.x);
+    }
     float x[SYMM_NORM_MAX_UNITS][E];
 #pragma unroll
     for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
+      const uint64_t j = p.unit(k);
+      if (j >= p.hi) break;
       LLUnit<T> in;
-      if (!ok || !ll_get(a, from + j, s.flag, p, &in.u)) {
+      if (!ok || !ll_get(a, from + j, s.flag, owner, &in.u)) {
         ok = false;
         in.u = make_uint2(0, 0);
       }
@@ -326,14 +371,14 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
     }
 #pragma unroll
     for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
+      const uint64_t j = p.unit(k);
+      if (j >= p.hi) break;
       LLUnit<T> out;
 #pragma unroll
       for (uint32_t e = 0; e < E; ++e) out.e[e] = from_acc<T>(x[k][e]);  // exact: x came from T
       *reinterpret_cast<uint2*>(n.residual_out + (row * upr + j) * 8) = out.u;
     }
-    norm_scale_row<T, Q>(n, row, upr, x, __uint_as_float(sq.x));
+    norm_scale_row<T, Q>(n, p, x, squares);
   }
   ll_end(a, s, ok);
 }
@@ -343,17 +388,18 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
   constexpr uint32_t E = 8 / sizeof(T);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    const NormPart p = whole_row(row, upr);
     float x[SYMM_NORM_MAX_UNITS][E];
 #pragma unroll
     for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = threadIdx.x + (uint64_t)k * blockDim.x;
-      if (j >= upr) break;
+      const uint64_t j = p.unit(k);
+      if (j >= p.hi) break;
       LLUnit<T> in;
       in.u = *reinterpret_cast<const uint2*>(n.coll.send + (row * upr + j) * 8);
 #pragma unroll
       for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
     }
-    norm_finish_row<T, Q>(n, row, upr, x);
+    norm_finish_row<T, Q>(n, p, x);
   }
 }
 

@@ -27,7 +27,8 @@ use super::ranges::check_disjoint;
 use super::{allreduce, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_SAME_TYPE, NORM_SPREAD,
+    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_SAME_TYPE,
+    NORM_SPREAD,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -98,13 +99,28 @@ fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
 /// (so every call hears from every peer, which the slots' two parities
 /// rely on: kernels/ll.cuh), a slot holds an owner's share of rows twice
 /// (8 data bytes in a 16-byte packet), and a rank's own slot a packet per
-/// row (the rows' sums of squares).
-fn two_shot_fits(nranks: usize, tokens: usize, row_bytes: usize, ll_slot: u64) -> bool {
+/// piece of every row (their sums of squares; `parts` pieces a row).
+fn two_shot_fits(nranks: usize, tokens: usize, row_bytes: usize, ll_slot: u64, parts: u64) -> bool {
     if nranks < 3 || tokens < nranks {
         return false;
     }
     let share_packets = tokens.div_ceil(nranks) as u64 * (row_bytes as u64 / 8);
-    2 * share_packets * 16 <= ll_slot && tokens as u64 * 16 <= ll_slot
+    2 * share_packets * 16 <= ll_slot && tokens as u64 * parts * 16 <= ll_slot
+}
+
+/// With `spread`, the pieces a row of the two-shot LL form: as many as
+/// give every owned piece its own block within `max_grid` (a piece waits
+/// for its siblings' sums of squares, so they must run at once), at most
+/// 8, each at least 32 units; whole rows with per-token fp8 scales (the
+/// row's largest value is taken in one block). At 4 ranks and 1 MiB of
+/// hidden 4096 the 32 owned rows then go out from 128 SMs instead of 32
+/// (docs/PERFORMANCE.md, sixth session's hypotheses).
+fn two_shot_parts(spread: bool, per_token_scales: bool, nranks: usize, tokens: usize, units: u64, max_grid: u32) -> u64 {
+    if !spread || per_token_scales {
+        return 1;
+    }
+    let owned = tokens.div_ceil(nranks).max(1) as u64;
+    (max_grid as u64 / owned).min(8).min(units / 32).max(1)
 }
 
 /// Threads for rows of `units` 8-byte units: one unit a thread up to a
@@ -221,12 +237,16 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         quant,
         flags: if call.algo.spread { NORM_SPREAD } else { 0 },
     };
+    let row_bytes = r.hidden * dtype.size();
+    let ll_slot = comm.coll.ll_slot;
+    let parts = two_shot_parts(call.algo.spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
+    let parts = if two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts) { parts } else { 1 };
     n.coll.recv = r.out as u64;
     let one_shot = call.use_ll(bytes as u64);
     let by_default = call.defaulted && comm.nranks == TWO_SHOT_DEFAULT_RANKS && !comm.coll.check;
     let two_shot = !one_shot
         && (call.ll_two_shot_allowed() || by_default)
-        && two_shot_fits(comm.nranks, r.tokens, r.hidden * dtype.size(), comm.coll.ll_slot);
+        && two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts);
     let fused = one_shot || two_shot;
     if !fused && comm.nranks > 1 {
         // The sums into out by the all-reduce's own choice of algorithm;
@@ -235,12 +255,18 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         allreduce::all_reduce(&call)?;
         n.coll.send = sums as u64;
     }
-    let grid = if one_shot && call.algo.spread {
+    let max_grid = comm.coll.max_grid as u64;
+    let tokens = r.tokens as u64;
+    let (grid, block_units) = if one_shot && call.algo.spread {
         // At least one block per SPREAD_UNITS of the message, so that no SM
         // sends more than the all-reduce's LL kernel gives one.
-        (r.tokens as u64).max((r.tokens as u64 * units).div_ceil(SPREAD_UNITS)).min(comm.coll.max_grid as u64) as u32
+        (tokens.max((tokens * units).div_ceil(SPREAD_UNITS)).min(max_grid), units)
+    } else if two_shot && parts > 1 {
+        // A block for every owned piece (two_shot_parts keeps that within max_grid).
+        n.flags |= (parts as u32) << NORM_PARTS_SHIFT;
+        (tokens.max(tokens.div_ceil(comm.nranks as u64) * parts).min(max_grid), units.div_ceil(parts))
     } else {
-        (r.tokens as u64).min(if fused { comm.coll.max_grid as u64 } else { 65535 }) as u32
+        (tokens.min(if fused { max_grid } else { 65535 }), units)
     };
     let kernel = if one_shot {
         k.ll
@@ -251,7 +277,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     };
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
-    launch::launch(f, LaunchConfig { grid, block: threads_for(units), shared_mem: 0 }, stream, &mut params)
+    launch::launch(f, LaunchConfig { grid: grid as u32, block: threads_for(block_units), shared_mem: 0 }, stream, &mut params)
 }
 
 #[cfg(test)]
@@ -277,14 +303,33 @@ mod tests {
     fn two_shot_takes_what_the_slots_hold() {
         let slot = 2 * crate::config::LL_MAX_BYTES_DEFAULT; // as CollState makes it by default
         // 1 MiB of 4096 bf16 rows at 4 ranks: 32 rows a share, twice, fill a slot.
-        assert!(two_shot_fits(4, 128, 8192, slot));
-        assert!(!two_shot_fits(4, 129, 8192, slot), "33 rows a share overflow");
-        assert!(two_shot_fits(8, 256, 8192, slot), "2 MiB at 8 ranks");
-        assert!(!two_shot_fits(2, 64, 8192, slot), "two ranks keep the one-shot form");
-        assert!(!two_shot_fits(4, 3, 16, slot), "a rank without rows would hear nothing from its peers");
-        assert!(two_shot_fits(4, 4, 16, slot));
-        assert!(two_shot_fits(8, 65536, 16, slot));
-        assert!(!two_shot_fits(8, 65537, 16, slot), "a packet a row in the own slot");
+        assert!(two_shot_fits(4, 128, 8192, slot, 1));
+        assert!(!two_shot_fits(4, 129, 8192, slot, 1), "33 rows a share overflow");
+        assert!(two_shot_fits(8, 256, 8192, slot, 1), "2 MiB at 8 ranks");
+        assert!(!two_shot_fits(2, 64, 8192, slot, 1), "two ranks keep the one-shot form");
+        assert!(!two_shot_fits(4, 3, 16, slot, 1), "a rank without rows would hear nothing from its peers");
+        assert!(two_shot_fits(4, 4, 16, slot, 1));
+        assert!(two_shot_fits(8, 65536, 16, slot, 1));
+        assert!(!two_shot_fits(8, 65537, 16, slot, 1), "a packet a row in the own slot");
+        assert!(two_shot_fits(4, 128, 8192, slot, 4), "1 MiB of hidden 4096 in 4 pieces a row");
+        assert!(!two_shot_fits(8, 65536, 16, slot, 2), "a packet a piece in the own slot");
+    }
+
+    #[test]
+    fn spread_pieces_give_every_owned_piece_a_block() {
+        // 1 MiB at 4 ranks on 132 SMs: 32 owned rows of 1024 units, 4 pieces (128 blocks).
+        assert_eq!(two_shot_parts(true, false, 4, 128, 1024, 132), 4);
+        assert_eq!(two_shot_parts(true, false, 4, 64, 2048, 132), 8, "hidden 8192: 16 owned rows");
+        assert_eq!(two_shot_parts(true, false, 4, 16, 1024, 132), 8, "at most 8");
+        assert_eq!(two_shot_parts(true, false, 4, 16, 64, 132), 2, "pieces of at least 32 units");
+        assert_eq!(two_shot_parts(true, false, 3, 1000, 1024, 132), 1, "more owned rows than blocks");
+        assert_eq!(two_shot_parts(false, false, 4, 128, 1024, 132), 1, "only with spread");
+        assert_eq!(two_shot_parts(true, true, 4, 128, 1024, 132), 1, "per-token scales need whole rows");
+        for (n, tokens, units) in [(3, 131, 512), (4, 128, 1024), (8, 256, 1024), (5, 7, 96)] {
+            let parts = two_shot_parts(true, false, n, tokens, units, 132);
+            assert!(tokens.div_ceil(n) as u64 * parts <= 132 || parts == 1, "{n} {tokens} {units}");
+            assert!(threads_for(units.div_ceil(parts)) as u64 * NORM_MAX_UNITS >= units.div_ceil(parts));
+        }
     }
 
     #[test]

@@ -274,6 +274,10 @@ pub(crate) const NORM_FP8_TOKEN: u32 = 2;
 /// LL forms poll a unit's packets from every peer at once.
 pub(crate) const NORM_SPREAD: u32 = 1;
 
+/// `SYMM_NORM_PARTS_SHIFT`: NormArgs::flags bits 8-15 hold the two-shot LL
+/// form's pieces a row (0 or 1: whole rows).
+pub(crate) const NORM_PARTS_SHIFT: u32 = 8;
+
 /// `SYMM_NORM_MAX_UNITS`, `SYMM_NORM_MAX_THREADS`: a row is at most
 /// 8 x 1024 units of 8 bytes.
 pub(crate) const NORM_MAX_UNITS: u64 = 8;
