@@ -361,7 +361,7 @@ static void body(struct tw *w, void *ctx) {
     run_fp8_case(w, dt, 131, 2048, 1);
   }
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
-   * at 4 (src/coll/allreduce_norm.rs TWO_SHOT_DEFAULT_RANKS) without
+   * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
    * SYMM_CHECK (`spread` and `grid=N` tune kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;

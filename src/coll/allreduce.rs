@@ -1,5 +1,6 @@
-//! symmAllReduce: LL packets for small messages (with `SYMM_ALGO=ll` from
-//! 3 ranks also the two-shot LL kernel, up to about twice as far); above,
+//! symmAllReduce: LL packets for small messages (and the two-shot LL
+//! kernel, up to about twice as far: by default at 4 ranks, with
+//! `SYMM_ALGO=ll` from 3; `Call::ll_two_shot_allowed`); above,
 //! one-shot (every rank reduces everything) or two-shot (reduce-scatter,
 //! then all-gather), chosen by size and rank count unless SYMM_ALGO says
 //! otherwise. Two-shot

@@ -11,7 +11,7 @@
 //! LL limit) one kernel does it all with LL packets; above, the library's
 //! all-reduce leaves the sum in `out` and one kernel adds and normalises in
 //! place (the all-reduce plus a norm kernel, which it is). Between the two,
-//! by default at 4 ranks (measured: [`TWO_SHOT_DEFAULT_RANKS`]) and with
+//! by default at 4 ranks (measured: `Call::ll_two_shot_allowed`) and with
 //! `SYMM_ALGO=ll` from 3, the two-shot LL form: each rank sums and adds the residual for its share
 //! of the rows, and the rows go back as LL packets (kernels/allreduce_norm.cu
 //! `allreduce_norm_ll2`; it takes the owner's residual, the same on every
@@ -33,14 +33,6 @@ use crate::cuda::abi::{
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
-
-/// The rank count at which `auto` takes the two-shot LL form where it fits
-/// (above the one-shot LL limit, up to 1 MiB at 4 ranks by default). On
-/// 4 x H200 (2026-11-27, sixth session, bf16, graph-replayed), 1 MiB:
-/// 26.12 us against 27.66 for the all-reduce and the norm kernel at hidden
-/// 4096, 23.33 against 28.04 at hidden 8192 (NCCL and the same norm kernel
-/// 30.5 and 32.6). Other rank counts keep their forms until measured.
-const TWO_SHOT_DEFAULT_RANKS: usize = 4;
 
 /// With `spread` (SYMM_ALGO token), the 8-byte units one block of the
 /// one-shot LL form sends at most, as the all-reduce's LL kernel gives a
@@ -243,9 +235,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let parts = if two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts) { parts } else { 1 };
     n.coll.recv = r.out as u64;
     let one_shot = call.use_ll(bytes as u64);
-    let by_default = call.defaulted && comm.nranks == TWO_SHOT_DEFAULT_RANKS && !comm.coll.check;
     let two_shot = !one_shot
-        && (call.ll_two_shot_allowed() || by_default)
+        && call.ll_two_shot_allowed()
         && two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts);
     let fused = one_shot || two_shot;
     if !fused && comm.nranks > 1 {

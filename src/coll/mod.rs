@@ -150,6 +150,18 @@ fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
     }
 }
 
+/// The rank count at which `auto` takes the two-shot LL forms above the
+/// one-shot LL limit, where they fit (up to 1 MiB at 4 ranks). On 4 x H200
+/// (2026-11-27, sixth session, bf16, eager / graph-replayed), 1 MiB:
+/// all-reduce on staged buffers 17.37 / 16.11 us against `auto`'s 23.52 /
+/// 21.64 (best NCCL / it 1.04 / 1.08 from 0.76 / 0.80), on symmetric
+/// buffers 17.19 / 16.66 against the push kernel's 17.63 / 16.02 (1.05 /
+/// 1.04 against 1.02 / 1.09); the fused norm 26.12 us against 27.66 at
+/// hidden 4096 and 23.33 against 28.04 at 8192 (graph). The choice cannot
+/// depend on the buffers' class (ranks may differ), so one rule serves
+/// both. Other rank counts keep their forms until measured.
+const LL_TWO_SHOT_DEFAULT_RANKS: usize = 4;
+
 /// Threads per block of LL kernels while the grid is not full: small
 /// messages are spread over more SMs, each thread handling one packet.
 const LL_SMALL_BLOCK: u32 = 128;
@@ -306,11 +318,12 @@ impl Call<'_> {
     }
 
     /// Whether the two-shot LL forms may run at all (the all-reduce's and
-    /// the fused norm's; each op checks its own fit): with `SYMM_ALGO=ll`
-    /// only until a sweep has measured them, and never with SYMM_CHECK (LL
-    /// packets compare nothing across ranks).
+    /// the fused norm's; each op checks its own fit): by default at
+    /// [`LL_TWO_SHOT_DEFAULT_RANKS`], with `SYMM_ALGO=ll` from 3 ranks, and
+    /// never with SYMM_CHECK (LL packets compare nothing across ranks).
     pub fn ll_two_shot_allowed(&self) -> bool {
-        self.algo.base == Base::Ll && !self.comm.coll.check
+        let by_default = self.defaulted && self.comm.nranks == LL_TWO_SHOT_DEFAULT_RANKS;
+        (self.algo.base == Base::Ll || by_default) && !self.comm.coll.check
     }
 
     /// Whether an all-reduce of `bytes` above the one-shot LL limit goes as
