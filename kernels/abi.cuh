@@ -187,7 +187,7 @@ static_assert(sizeof(SymmNormArgs) == sizeof(SymmCollArgs) + 8 * 4 + 8 + 16, "Sy
 #define SYMM_NORM_SAME_TYPE 0   // out has the input's type
 #define SYMM_NORM_FP8_TENSOR 1  // out is fp8 e4m3: y / scales[0], saturated
 #define SYMM_NORM_FP8_TOKEN 2   // out is fp8 e4m3: y / scale of its row, max|y| / 448 (written to scales)
-#define SYMM_NORM_SPREAD 1u        // flags: the one-shot LL sends over every block; a unit's peer packets polled at once
+#define SYMM_NORM_SPREAD 1u        // flags: the one-shot LL form sends from every block of its grid
 #define SYMM_NORM_PARTS_SHIFT 8u   // flags bits 8-15: the two-shot LL form's pieces a row (0 or 1: whole rows)
 #define SYMM_NORM_MAX_UNITS 8      // 8-byte units of a row one thread holds
 #define SYMM_NORM_MAX_THREADS 1024 // so a row is at most 64 KiB

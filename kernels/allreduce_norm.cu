@@ -159,44 +159,14 @@ __device__ __forceinline__ void norm_finish_row(const SymmNormArgs& n, const Nor
   norm_scale_row<T, Q>(n, p, x, norm_block_reduce<false>(ss));
 }
 
-// Row `row`'s sums into x: every rank's units in rank order, this rank's
+// The part's sums into x: every rank's units in rank order, this rank's
 // from its input, the peers' from their LL packets in this rank's slots
 // (the row's first unit at packet `at`). False in a thread that gave up
-// (or that started with `ok` false: it waits for nothing more). With
-// `together` (SYMM_NORM_SPREAD) a thread first looks once at every peer's
-// packet of a unit, so those loads are in flight at the same time, and
-// waits only for the ones not there yet; otherwise it waits for each peer
-// in turn.
+// (or that started with `ok` false: it waits for nothing more).
 template <typename T>
 __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLState& s, const NormPart& p,
-                                                uint64_t at, bool ok, bool together,
-                                                float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
+                                                uint64_t at, bool ok, float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)]) {
   constexpr uint32_t E = 8 / sizeof(T);
-  if (together) {
-#pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
-      const uint64_t j = p.unit(k);
-      if (j >= p.hi) break;
-      uint4 seen[SYMM_MAX_RANKS];
-#pragma unroll
-      for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r)
-        if (r < a.nranks && r != a.rank) seen[r] = ll_peek(ll_slot(a, a.rank, s.parity, r) + at + j);
-#pragma unroll
-      for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
-        if (r >= a.nranks) break;
-        LLUnit<T> in;
-        if (r == a.rank) in.u = *reinterpret_cast<const uint2*>(a.send + (p.row * p.upr + j) * 8);
-        else if (!ll_arrived(seen[r], s.flag, &in.u) &&
-                 (!ok || !ll_get(a, ll_slot(a, a.rank, s.parity, r) + at + j, s.flag, r, &in.u))) {
-          ok = false;
-          in.u = make_uint2(0, 0);
-        }
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
-      }
-    }
-    return ok;
-  }
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
     const uint64_t j = p.unit(k);
@@ -243,7 +213,7 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
     const NormPart p = whole_row(row, upr);
-    ok = norm_gather_row<T>(a, s, p, row * upr, ok, spread, x);
+    ok = norm_gather_row<T>(a, s, p, row * upr, ok, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
@@ -272,7 +242,6 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
   const uint64_t rows = n.rows;
-  const bool together = n.flags & SYMM_NORM_SPREAD;
   // Each row in `parts` pieces, a block each (1 but with SYMM_NORM_SPREAD,
   // where the host gives every owned piece its own block: a piece waits
   // for its siblings' sums of squares).
@@ -308,7 +277,7 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
     const uint32_t c = (uint32_t)(w % parts);
     const NormPart p = piece(row, c);
     float x[SYMM_NORM_MAX_UNITS][E];
-    ok = norm_gather_row<T>(a, s, p, (row - mine0) * upr, ok, together, x);
+    ok = norm_gather_row<T>(a, s, p, (row - mine0) * upr, ok, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;

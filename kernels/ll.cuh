@@ -57,28 +57,20 @@ __device__ __forceinline__ void ll_put(uint4* p, uint2 d, uint32_t flag) {
                : "memory");
 }
 
-// One look at the packet at `p` (it may still be on its way).
-__device__ __forceinline__ uint4 ll_peek(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-// Whether a packet seen by ll_peek carries `flag` (both halves); its data
-// into `out` if so.
-__device__ __forceinline__ bool ll_arrived(uint4 v, uint32_t flag, uint2* out) {
-  if (v.y != flag || v.w != flag) return false;
-  *out = make_uint2(v.x, v.z);
-  return true;
-}
 // Wait (bounded) for the packet at `p` to carry `flag`; false on timeout
 // or abort (recorded by SymmSpin).
 __device__ __forceinline__ bool ll_get(const SymmCollArgs& a, const uint4* p, uint32_t flag, uint32_t peer, uint2* out) {
   SymmSpin spin(a.wait, peer, blockIdx.x);
   for (;;) {
-    if (ll_arrived(ll_peek(p), flag, out)) return true;
+    uint32_t d0, f0, d1, f1;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    if (f0 == flag && f1 == flag) {
+      *out = make_uint2(d0, d1);
+      return true;
+    }
     if (spin.give_up()) return false;
   }
 }

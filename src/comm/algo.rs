@@ -57,8 +57,8 @@ pub struct Algo {
     pub grid_log2: u8,
     /// `spread`: the fused all-reduce + RMSNorm's one-shot LL form sends
     /// every row's packets from several blocks (SMs) instead of the row's
-    /// own block, and its LL forms poll every peer's packet of a unit at
-    /// once (kernels/allreduce_norm.cu). A tuning of those kernels, not a
+    /// own block, and its two-shot LL form owns rows in pieces of a block
+    /// each (kernels/allreduce_norm.cu). A tuning of those kernels, not a
     /// choice of kernel: alone it keeps `auto`'s choices.
     pub spread: bool,
 }

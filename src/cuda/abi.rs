@@ -270,8 +270,8 @@ pub(crate) const NORM_FP8_TENSOR: u32 = 1;
 pub(crate) const NORM_FP8_TOKEN: u32 = 2;
 
 /// `SYMM_NORM_SPREAD` (NormArgs::flags, SYMM_ALGO token `spread`): the
-/// one-shot LL form's sends spread over every block of the grid, and the
-/// LL forms poll a unit's packets from every peer at once.
+/// one-shot LL form's sends spread over every block of the grid (the
+/// two-shot form's pieces are NORM_PARTS_SHIFT's).
 pub(crate) const NORM_SPREAD: u32 = 1;
 
 /// `SYMM_NORM_PARTS_SHIFT`: NormArgs::flags bits 8-15 hold the two-shot LL
