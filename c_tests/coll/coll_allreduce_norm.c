@@ -95,27 +95,34 @@ static void reference_sums(int n, size_t tokens, size_t hidden, double *x) {
 
 enum alias { SEPARATE, IN_PLACE };
 
-/* Whether SYMM_ALGO (tokens joined by '+' or ',') names `tok`. */
-static int has_token(const char *algo, const char *tok) {
-  size_t n = strlen(tok);
-  for (const char *p = algo; p && *p;) {
-    size_t len = strcspn(p, "+,");
-    if (len == n && !strncmp(p, tok, n)) return 1;
-    p += len + (p[len] != '\0');
-  }
+/* SYMM_ALGO's tokens (joined by '+' or ','), one by one: the next token
+ * of *p into (tok, len), *p moved past it; 0 at the end. */
+static int next_token(const char **p, const char **tok, size_t *len) {
+  if (!*p || !**p) return 0;
+  *tok = *p;
+  *len = strcspn(*p, "+,");
+  *p += *len + ((*p)[*len] != '\0');
+  return 1;
+}
+
+static int token_is(const char *tok, size_t len, const char *want) { return len == strlen(want) && !strncmp(tok, want, len); }
+
+/* Whether SYMM_ALGO names `want`. */
+static int has_token(const char *algo, const char *want) {
+  const char *tok;
+  size_t len;
+  while (next_token(&algo, &tok, &len))
+    if (token_is(tok, len, want)) return 1;
   return 0;
 }
 
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
  * Algo::is_auto: only "auto", "spread" and "grid=N" tokens. */
 static int auto_choice(const char *algo) {
-  for (const char *p = algo; p && *p;) {
-    size_t len = strcspn(p, "+,");
-    int tuning = len == 0 || (len == 4 && !strncmp(p, "auto", 4)) || (len == 6 && !strncmp(p, "spread", 6)) ||
-                 !strncmp(p, "grid=", 5);
-    if (!tuning) return 0;
-    p += len + (p[len] != '\0');
-  }
+  const char *tok;
+  size_t len;
+  while (next_token(&algo, &tok, &len))
+    if (len && !token_is(tok, len, "auto") && !token_is(tok, len, "spread") && strncmp(tok, "grid=", 5)) return 0;
   return 1;
 }
 
