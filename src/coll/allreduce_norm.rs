@@ -231,13 +231,14 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     };
     let row_bytes = r.hidden * dtype.size();
     let ll_slot = comm.coll.ll_slot;
-    let parts = two_shot_parts(call.algo.spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
-    let parts = if two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts) { parts } else { 1 };
     n.coll.recv = r.out as u64;
     let one_shot = call.use_ll(bytes as u64);
-    let two_shot = !one_shot
-        && call.ll_two_shot_allowed()
-        && two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, parts);
+    // The two-shot LL form in `parts` pieces a row where they fit the
+    // slots, else in whole rows where those fit.
+    let pieces = two_shot_parts(call.algo.spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
+    let parts = [pieces, 1].into_iter().find(|&p| two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, p));
+    let two_shot = !one_shot && call.ll_two_shot_allowed() && parts.is_some();
+    let parts = parts.unwrap_or(1);
     let fused = one_shot || two_shot;
     if !fused && comm.nranks > 1 {
         // The sums into out by the all-reduce's own choice of algorithm;
