@@ -416,6 +416,6 @@ static int option(const char *arg, void *ctx) {
 int main(int argc, char **argv) {
   g_seed = cw_pick_seed();
   static const struct tw_spec spec = {.name = "coll_graph", .modes = "mp,all", .usage = "[--replays=N]",
-      .limit_s = 540, .option = option, .process_init = cw_process_init, .body = body};
+      .limit_s = 540, .mp_one_rank = 1, .option = option, .process_init = cw_process_init, .body = body};
   return tw_main(&spec, argc, argv);
 }

@@ -1114,7 +1114,8 @@ int main(int argc, char **argv) {
   }
   g_seed = cw_pick_seed();
   static const struct tw_spec spec = {.name = "coll_matrix", .modes = "mp,all",
-      .usage = "[--tiers=SMLQP] [--colls=a,b] [--reps=N]", .limit_s = 1500, .user_bytes = sizeof(struct mstats),
+      .usage = "[--tiers=SMLQP] [--colls=a,b] [--reps=N]", .limit_s = 1500, .mp_one_rank = 1,
+      .user_bytes = sizeof(struct mstats),
       .option = option, .process_init = cw_process_init, .body = body, .report = report};
   return tw_main(&spec, argc, argv);
 }

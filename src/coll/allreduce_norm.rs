@@ -24,7 +24,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
-use super::{allreduce, CollId, Request};
+use super::{allreduce, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_SAME_TYPE,
@@ -41,6 +41,23 @@ use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
 /// ranks), where the all-reduce alone spreads them over 8
 /// (docs/PERFORMANCE.md, sixth session's hypotheses).
 const SPREAD_UNITS: u64 = 128;
+
+/// The rank count at which `auto` spreads the LL forms as `spread` does.
+/// On 4 x H200 (2026-11-27, seventh session, bf16, graph-replayed, the
+/// same run; docs/perf/measure-4xH200-2026-11-27-s7.md): hidden 4096, 1
+/// token 5.86 us spread against 6.86, 1 MiB 19.76 against 27.71 (NCCL +
+/// norm 30.4: 1.54x against 1.10x), every other size within 1 % or
+/// faster; hidden 8192, 1 token 7.84 against 9.89, 256 KiB - 8 MiB within
+/// 3 % either way (13.11 against 12.75 at 256 KiB the widest). 2 and 3
+/// ranks were not measured side by side and keep whole rows unless asked;
+/// `nospread` keeps them at 4 too.
+const SPREAD_DEFAULT_RANKS: usize = 4;
+
+/// Whether the LL forms spread: asked (`spread`), or by default at
+/// [`SPREAD_DEFAULT_RANKS`] unless `nospread`.
+fn spread(call: &Call) -> bool {
+    !call.algo.no_spread && (call.algo.spread || call.defaulted && call.comm.nranks == SPREAD_DEFAULT_RANKS)
+}
 
 /// What `out` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +234,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     comm.check_buffer(r.weight, r.hidden * dtype.size(), "weight")?;
     let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
+    let spread = spread(&call);
     let mut n = NormArgs {
         coll: call.args(),
         residual: r.residual as u64,
@@ -227,7 +245,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         eps: r.eps,
         scales: scales as u64,
         quant,
-        flags: if call.algo.spread { NORM_SPREAD } else { 0 },
+        flags: if spread { NORM_SPREAD } else { 0 },
     };
     let row_bytes = r.hidden * dtype.size();
     let ll_slot = comm.coll.ll_slot;
@@ -235,7 +253,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let one_shot = call.use_ll(bytes as u64);
     // The two-shot LL form in `parts` pieces a row where they fit the
     // slots, else in whole rows where those fit.
-    let pieces = two_shot_parts(call.algo.spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
+    let pieces = two_shot_parts(spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
     let parts = [pieces, 1].into_iter().find(|&p| two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, p));
     let two_shot = !one_shot && call.ll_two_shot_allowed() && parts.is_some();
     let parts = parts.unwrap_or(1);
@@ -249,7 +267,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     }
     let max_grid = comm.coll.max_grid as u64;
     let tokens = r.tokens as u64;
-    let (grid, block_units) = if one_shot && call.algo.spread {
+    let (grid, block_units) = if one_shot && spread {
         // At least one block per SPREAD_UNITS of the message, so that no SM
         // sends more than the all-reduce's LL kernel gives one.
         (tokens.max((tokens * units).div_ceil(SPREAD_UNITS)).min(max_grid), units)

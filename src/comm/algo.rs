@@ -59,8 +59,12 @@ pub struct Algo {
     /// every row's packets from several blocks (SMs) instead of the row's
     /// own block, and its two-shot LL form owns rows in pieces of a block
     /// each (kernels/allreduce_norm.cu). A tuning of those kernels, not a
-    /// choice of kernel: alone it keeps `auto`'s choices.
+    /// choice of kernel: alone it keeps `auto`'s choices. `auto` spreads
+    /// by itself where measured faster (coll/allreduce_norm.rs).
     pub spread: bool,
+    /// `nospread`: the fused norm's LL forms one block a row, whole rows
+    /// (what `auto` did before it spread at 4 ranks), for A/B measurements.
+    pub no_spread: bool,
 }
 
 impl Algo {
@@ -74,12 +78,14 @@ impl Algo {
             classic: false,
             grid_log2: 0,
             spread: false,
+            no_spread: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` aside: they tune kernels, not the choice of kernel).
+    /// and `spread` / `nospread` aside: they tune kernels, not the choice
+    /// of kernel).
     pub fn is_auto(self) -> bool {
-        Algo { grid_log2: 0, spread: false, ..self } == Algo::AUTO
+        Algo { grid_log2: 0, spread: false, no_spread: false, ..self } == Algo::AUTO
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -103,6 +109,7 @@ impl Algo {
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
                 "spread" => a.spread = true,
+                "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -114,13 +121,16 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, joined with '+')"
                     ))
                 }
             }
         }
         if bases > 1 {
             return Err(format!("\"{s}\" names more than one of auto, ll, oneshot, twoshot"));
+        }
+        if a.spread && a.no_spread {
+            return Err(format!("\"{s}\" names both spread and nospread"));
         }
         Ok(a)
     }
@@ -138,21 +148,24 @@ impl Algo {
         })
     }
 
-    fn to_bits(self) -> u32 {
+    fn to_bits(self) -> u64 {
         let base = match self.base {
             Base::Auto => 0,
             Base::Ll => 1,
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
-        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31.
-        base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4 | (self.classic as u32) << 5
+        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32.
+        let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
+            | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
-            | (self.spread as u32) << 31
+            | (self.spread as u32) << 31;
+        low as u64 | (self.no_spread as u64) << 32
     }
 
-    fn from_bits(b: u32) -> Algo {
+    fn from_bits(wide: u64) -> Algo {
+        let b = wide as u32;
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
         let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff);
         let grid_log2 = ((b >> 27) & 0xf) as u8;
@@ -165,6 +178,7 @@ impl Algo {
             classic: b & 32 != 0,
             grid_log2,
             spread: b >> 31 != 0,
+            no_spread: wide >> 32 & 1 != 0,
         }
     }
 }
@@ -186,6 +200,7 @@ impl std::fmt::Display for Algo {
             (self.classic, "classic"),
             (self.grid_log2 != 0, grid.as_str()),
             (self.spread, "spread"),
+            (self.no_spread, "nospread"),
         ] {
             if on {
                 parts.push(name);
@@ -197,11 +212,11 @@ impl std::fmt::Display for Algo {
 
 /// A communicator's algorithm choice, replaceable at run time by the
 /// test/benchmark setter (symmCommSetAlgorithm).
-pub struct AlgoCell(std::sync::atomic::AtomicU32);
+pub struct AlgoCell(std::sync::atomic::AtomicU64);
 
 impl AlgoCell {
     pub fn new(a: Algo) -> AlgoCell {
-        AlgoCell(std::sync::atomic::AtomicU32::new(a.to_bits()))
+        AlgoCell(std::sync::atomic::AtomicU64::new(a.to_bits()))
     }
     pub fn get(&self) -> Algo {
         Algo::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
@@ -384,6 +399,11 @@ mod tests {
         assert!(spread.spread && spread.grid_cap() == 128 && !Algo::AUTO.spread);
         assert_eq!(Algo::from_bits(spread.to_bits()), spread, "spread's bit stays clear of grid=N's");
         assert_eq!(Algo::parse("spread").unwrap().to_string(), "auto+spread");
+        let unspread = Algo::parse("ll+spread+grid=128").map(|a| Algo { spread: false, no_spread: true, ..a }).unwrap();
+        assert_eq!(Algo::from_bits(unspread.to_bits()), unspread, "nospread's bit stays clear of spread's");
+        assert_eq!(Algo::parse("nospread").unwrap().to_string(), "auto+nospread");
+        assert!(Algo::parse("nospread").unwrap().is_auto(), "nospread alone keeps auto's choices");
+        assert!(Algo::parse("spread+nospread").unwrap_err().contains("both"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }
