@@ -218,7 +218,9 @@ static void usage(FILE *f) {
           "elements over all ranks and must be 0: the exit status is 1 otherwise or on any failure.\n"
           "NCCL_NVLS_ENABLE is forced to 0 (NVLink multicast is never used).\n"
           "With SYMM_TIMELINE=1 every row is followed by the per-phase summary of rank 0's last synced\n"
-          "collective kernel (symmCommGetTimeline): mean and max over its blocks of the time in each phase.\n");
+          "collective kernel of the out-of-place timed calls (symmCommGetTimeline; the last of the\n"
+          "back-to-back loop or graph replays, not the checked call): mean and max over its blocks of\n"
+          "the time in each phase.\n");
 }
 
 static void usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -1146,6 +1148,8 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static void capture_timeline(void);
+
 static void run_column(enum coll c, enum impl impl, int inplace, const struct layout *L, const struct bd_pattern *pat,
                        struct column *out) {
   const int graph = graph_for(impl);
@@ -1213,6 +1217,10 @@ static void run_column(enum coll c, enum impl impl, int inplace, const struct la
     for (int i = 0; i < W.nlocal; i++) ms[i] = ms[i] * 1000.0 / ((double)iters * (double)replays);
     run_us[run] = world_max(ms);
   }
+  /* The last timed call's phases (SYMM_TIMELINE=1), before the checked
+   * call: that one follows host-side preparation, so its sync phase would
+   * hold the ranks' launch skew instead of a call issued back to back. */
+  if (impl == IMPL_SYMM && !inplace) capture_timeline();
   qsort(run_us, (size_t)O.runs, sizeof run_us[0], cmp_double);
   out->runs = O.runs;
   out->us_min = run_us[0];
@@ -1376,7 +1384,8 @@ static int timeline_on(void) {
 }
 
 /* Summarise rank 0's last synced collective kernel into g_timeline: per
- * phase, the mean and the max over the blocks of the time spent in it. */
+ * phase, the mean and the max over the blocks of the time spent in it.
+ * Waits for nothing: run_column calls it after the timed calls completed. */
 static void capture_timeline(void) {
   g_timeline[0] = '\0';
   if (!timeline_on() || W.r[0].t->rank != 0) return;
@@ -1460,8 +1469,7 @@ static void run_collective(enum coll c, struct totals *all) {
       last_size = L.size;
       struct column oop, ip;
       clear_timeline();
-      run_column(c, IMPL_SYMM, 0, &L, &pat, &oop);
-      capture_timeline();
+      run_column(c, IMPL_SYMM, 0, &L, &pat, &oop); /* captures the timeline of its last timed call */
       run_column(c, IMPL_SYMM, 1, &L, &pat, &ip);
       if (O.vs_nccl && ai == 0) run_column(c, IMPL_NCCL, O.nccl_inplace, &L, &pat, &nccl_cols[s]);
       if (O.nccl_window && ai == 0) run_column(c, IMPL_NCCL_WINDOW, O.nccl_inplace, &L, &pat, &nccl_window_cols[s]);
