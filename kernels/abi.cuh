@@ -181,13 +181,14 @@ struct SymmNormArgs {
   float eps;
   float* scales;          // SYMM_NORM_FP8_TENSOR: [0] read; SYMM_NORM_FP8_TOKEN: one per row, written
   uint32_t quant;         // SYMM_NORM_SAME_TYPE or one of the fp8 outputs
-  uint32_t flags;         // SYMM_NORM_SPREAD
+  uint32_t flags;         // SYMM_NORM_SPREAD, SYMM_NORM_PREFETCH, the pieces (SYMM_NORM_PARTS_SHIFT)
 };
 static_assert(sizeof(SymmNormArgs) == sizeof(SymmCollArgs) + 8 * 4 + 8 + 16, "SymmNormArgs layout");
 #define SYMM_NORM_SAME_TYPE 0   // out has the input's type
 #define SYMM_NORM_FP8_TENSOR 1  // out is fp8 e4m3: y / scales[0], saturated
 #define SYMM_NORM_FP8_TOKEN 2   // out is fp8 e4m3: y / scale of its row, max|y| / 448 (written to scales)
 #define SYMM_NORM_SPREAD 1u        // flags: the one-shot LL form sends from every block of its grid
+#define SYMM_NORM_PREFETCH 2u      // flags: the LL forms ask for residual and weight in L1 before waiting on peers
 #define SYMM_NORM_PARTS_SHIFT 8u   // flags bits 8-15: the two-shot LL form's pieces a row (0 or 1: whole rows)
 #define SYMM_NORM_MAX_UNITS 8      // 8-byte units of a row one thread holds
 #define SYMM_NORM_MAX_THREADS 1024 // so a row is at most 64 KiB

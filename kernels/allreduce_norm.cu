@@ -75,6 +75,23 @@ struct NormPart {
 };
 __device__ __forceinline__ NormPart whole_row(uint64_t row, uint64_t upr) { return NormPart{row, upr, 0, upr}; }
 
+// With SYMM_NORM_PREFETCH (SYMM_ALGO token `prefetch`): ask for the
+// part's residual units (with `residual`) and weight units in this SM's L1
+// before the block waits for its peers' packets. Both are loaded only
+// after the wait, each a dependent round trip to L2 or HBM on the critical
+// path at decode sizes; a prefetch holds no register (the norm kernels run
+// at the 64-register bound of 1,024 threads) and changes no result.
+__device__ __forceinline__ void norm_prefetch(const SymmNormArgs& n, const NormPart& p, bool residual) {
+  if (!(n.flags & SYMM_NORM_PREFETCH)) return;
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+    const uint64_t j = p.unit(k);
+    if (j >= p.hi) break;
+    if (residual) asm volatile("prefetch.L1 [%0];" ::"l"(n.residual + (p.row * p.upr + j) * 8));
+    asm volatile("prefetch.L1 [%0];" ::"l"(n.weight + j * 8));
+  }
+}
+
 // The part's sums are in x: add the residual, store residual_out and keep
 // its rounded values in x; `sent(j, unit)` sees every residual_out unit
 // (the two-shot form sends it to the peers). Returns the thread's sum of
@@ -213,6 +230,7 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
     const NormPart p = whole_row(row, upr);
+    norm_prefetch(n, p, true);
     ok = norm_gather_row<T>(a, s, p, row * upr, ok, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
@@ -277,6 +295,7 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
     const uint32_t c = (uint32_t)(w % parts);
     const NormPart p = piece(row, c);
     float x[SYMM_NORM_MAX_UNITS][E];
+    norm_prefetch(n, p, true);
     ok = norm_gather_row<T>(a, s, p, (row - mine0) * upr, ok, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
@@ -313,6 +332,7 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
     const uint32_t owner = norm_owner(rows, a.nranks, row);
     if (owner == a.rank) continue;
     const NormPart p = piece(row, (uint32_t)(w % parts));
+    norm_prefetch(n, p, false);  // the owner's residual_out comes as packets
     const uint4* from = ll_slot(a, a.rank, s.parity, owner) + back + (row - norm_owner_begin(rows, a.nranks, owner)) * upr;
     float squares = 0.f;
     for (uint32_t d = 0; d < parts; ++d) {

@@ -27,8 +27,8 @@ use super::ranges::check_disjoint;
 use super::{allreduce, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_SAME_TYPE,
-    NORM_SPREAD,
+    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
+    NORM_SAME_TYPE, NORM_SPREAD,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -245,7 +245,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         eps: r.eps,
         scales: scales as u64,
         quant,
-        flags: if spread { NORM_SPREAD } else { 0 },
+        flags: if spread { NORM_SPREAD } else { 0 } | if call.algo.prefetch { NORM_PREFETCH } else { 0 },
     };
     let row_bytes = r.hidden * dtype.size();
     let ll_slot = comm.coll.ll_slot;

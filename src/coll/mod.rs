@@ -58,7 +58,7 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     if chosen.is_auto() && nranks == 2 {
-        Algo { classic: true, grid_log2: chosen.grid_log2, spread: chosen.spread, no_spread: chosen.no_spread, ..Algo::AUTO }
+        Algo { classic: true, grid_log2: chosen.grid_log2, spread: chosen.spread, no_spread: chosen.no_spread, prefetch: chosen.prefetch, ..Algo::AUTO }
     } else {
         chosen
     }

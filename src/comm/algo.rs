@@ -65,6 +65,10 @@ pub struct Algo {
     /// `nospread`: the fused norm's LL forms one block a row, whole rows
     /// (what `auto` did before it spread at 4 ranks), for A/B measurements.
     pub no_spread: bool,
+    /// `prefetch`: the fused norm's LL forms ask for the residual and
+    /// weight in L1 before waiting for the peers' packets (seventh session,
+    /// not yet measured). A tuning: alone it keeps `auto`'s choices.
+    pub prefetch: bool,
 }
 
 impl Algo {
@@ -79,13 +83,14 @@ impl Algo {
             grid_log2: 0,
             spread: false,
             no_spread: false,
+            prefetch: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` / `nospread` aside: they tune kernels, not the choice
-    /// of kernel).
+    /// and `spread` / `nospread` / `prefetch` aside: they tune kernels, not
+    /// the choice of kernel).
     pub fn is_auto(self) -> bool {
-        Algo { grid_log2: 0, spread: false, no_spread: false, ..self } == Algo::AUTO
+        Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, ..self } == Algo::AUTO
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -110,6 +115,7 @@ impl Algo {
                 "classic" => a.classic = true,
                 "spread" => a.spread = true,
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
+                "prefetch" => a.prefetch = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -121,7 +127,7 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, joined with '+')"
                     ))
                 }
             }
@@ -155,13 +161,14 @@ impl Algo {
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
-        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32.
+        // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
+        // prefetch 33.
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
             | (self.spread as u32) << 31;
-        low as u64 | (self.no_spread as u64) << 32
+        low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -179,6 +186,7 @@ impl Algo {
             grid_log2,
             spread: b >> 31 != 0,
             no_spread: wide >> 32 & 1 != 0,
+            prefetch: wide >> 33 & 1 != 0,
         }
     }
 }
@@ -201,6 +209,7 @@ impl std::fmt::Display for Algo {
             (self.grid_log2 != 0, grid.as_str()),
             (self.spread, "spread"),
             (self.no_spread, "nospread"),
+            (self.prefetch, "prefetch"),
         ] {
             if on {
                 parts.push(name);
@@ -404,6 +413,9 @@ mod tests {
         assert_eq!(Algo::parse("nospread").unwrap().to_string(), "auto+nospread");
         assert!(Algo::parse("nospread").unwrap().is_auto(), "nospread alone keeps auto's choices");
         assert!(Algo::parse("spread+nospread").unwrap_err().contains("both"));
+        let p = Algo::parse("nospread+prefetch").unwrap();
+        assert!(p.prefetch && p.no_spread && p.is_auto() && !Algo::AUTO.prefetch);
+        assert_eq!((Algo::from_bits(p.to_bits()), p.to_string().as_str()), (p, "auto+nospread+prefetch"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

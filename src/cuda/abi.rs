@@ -259,7 +259,7 @@ pub struct NormArgs {
     pub eps: f32,
     pub scales: u64,
     pub quant: u32,
-    /// NORM_SPREAD.
+    /// NORM_SPREAD, NORM_PREFETCH, the pieces (NORM_PARTS_SHIFT).
     pub flags: u32,
 }
 const _: () = assert!(std::mem::size_of::<NormArgs>() == std::mem::size_of::<CollArgs>() + 8 * 4 + 8 + 16);
@@ -273,6 +273,11 @@ pub(crate) const NORM_FP8_TOKEN: u32 = 2;
 /// one-shot LL form's sends spread over every block of the grid (the
 /// two-shot form's pieces are NORM_PARTS_SHIFT's).
 pub(crate) const NORM_SPREAD: u32 = 1;
+
+/// `SYMM_NORM_PREFETCH` (NormArgs::flags, SYMM_ALGO token `prefetch`): the
+/// LL forms prefetch the residual and weight into L1 before waiting on
+/// their peers.
+pub(crate) const NORM_PREFETCH: u32 = 2;
 
 /// `SYMM_NORM_PARTS_SHIFT`: NormArgs::flags bits 8-15 hold the two-shot LL
 /// form's pieces a row (0 or 1: whole rows).
