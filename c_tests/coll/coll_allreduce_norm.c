@@ -117,14 +117,14 @@ static int has_token(const char *algo, const char *want) {
 }
 
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
- * Algo::is_auto: only "auto", "spread", "nospread", "prefetch" and "grid=N"
- * tokens. */
+ * Algo::is_auto: only "auto", "spread", "nospread", "prefetch", "pdl" and
+ * "grid=N" tokens. */
 static int auto_choice(const char *algo) {
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len))
     if (len && !token_is(tok, len, "auto") && !token_is(tok, len, "spread") && !token_is(tok, len, "nospread") &&
-        !token_is(tok, len, "prefetch") && strncmp(tok, "grid=", 5))
+        !token_is(tok, len, "prefetch") && !token_is(tok, len, "pdl") && strncmp(tok, "grid=", 5))
       return 0;
   return 1;
 }
@@ -372,8 +372,8 @@ static void body(struct tw *w, void *ctx) {
   }
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
-   * SYMM_CHECK (`spread`, `nospread`, `prefetch` and `grid=N` tune kernels
-   * and keep auto's). */
+   * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `pdl` and `grid=N` tune
+   * kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;
   int by_default = auto_choice(algo) && w->nranks == 4 && !(check && atoi(check));

@@ -27,7 +27,7 @@ use super::ranges::check_disjoint;
 use super::{allreduce, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
+    NormArgs, MODE_PDL, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
     NORM_SAME_TYPE, NORM_SPREAD,
 };
 use crate::cuda::launch::{self, LaunchConfig};
@@ -285,9 +285,15 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     } else {
         k.add_norm
     };
+    // Only the LL forms wait for their stream's previous kernel themselves (ll.cuh).
+    let dependent = fused && call.dependent_launch();
+    if dependent {
+        n.coll.mode |= MODE_PDL;
+    }
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
-    launch::launch(f, LaunchConfig { grid: grid as u32, block: threads_for(block_units), shared_mem: 0 }, stream, &mut params)
+    let cfg = LaunchConfig { grid: grid as u32, block: threads_for(block_units), shared_mem: 0 };
+    launch::launch_as(f, cfg, stream, &mut params, dependent)
 }
 
 #[cfg(test)]

@@ -54,11 +54,12 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default (not yet measured
 /// on several GPUs).
-/// `grid=N` and `spread` tune kernels and leave the choice `auto`
-/// ([`Algo::is_auto`]).
+/// `grid=N`, `spread`, `nospread`, `prefetch` and `pdl` tune kernels and
+/// leave the choice `auto` ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     if chosen.is_auto() && nranks == 2 {
-        Algo { classic: true, grid_log2: chosen.grid_log2, spread: chosen.spread, no_spread: chosen.no_spread, prefetch: chosen.prefetch, ..Algo::AUTO }
+        // is_auto: everything else is auto's, the tunings are kept.
+        Algo { classic: true, ..chosen }
     } else {
         chosen
     }
@@ -347,7 +348,20 @@ impl Call<'_> {
         let grid = units.div_ceil(block as u64).clamp(1, max) as u32;
         let mut a = self.args();
         self.note(InputPath::Ll);
-        self.launch_with(kernel, grid, block, &mut a)
+        let dependent = self.dependent_launch();
+        if dependent {
+            a.mode |= abi::MODE_PDL;
+        }
+        let f = self.comm.device.module().function(kernel)?;
+        let mut params = [(&mut a as *mut CollArgs).cast::<c_void>()];
+        launch::launch_as(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params, dependent)
+    }
+
+    /// Whether an LL kernel goes out as a programmatic dependent (`pdl`):
+    /// asked, on a GPU that has it (compute capability 9.0; the sm_80 code
+    /// has no griddepcontrol).
+    pub fn dependent_launch(&self) -> bool {
+        self.algo.pdl && self.comm.device.compute_capability.0 >= 9
     }
 
     /// Log how this call's input reaches the peers: at INFO the first time

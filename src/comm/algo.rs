@@ -69,6 +69,11 @@ pub struct Algo {
     /// weight in L1 before waiting for the peers' packets (seventh session,
     /// not yet measured). A tuning: alone it keeps `auto`'s choices.
     pub prefetch: bool,
+    /// `pdl`: LL kernels (the small-message collectives and the fused
+    /// norm's LL forms) launched as programmatic dependents of the stream's
+    /// previous kernel, which they wait for on the GPU (seventh session,
+    /// not yet measured). A tuning: alone it keeps `auto`'s choices.
+    pub pdl: bool,
 }
 
 impl Algo {
@@ -84,13 +89,14 @@ impl Algo {
             spread: false,
             no_spread: false,
             prefetch: false,
+            pdl: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` / `nospread` / `prefetch` aside: they tune kernels, not
-    /// the choice of kernel).
+    /// and `spread` / `nospread` / `prefetch` / `pdl` aside: they tune
+    /// kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, ..self } == Algo::AUTO
+        Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: false, ..self } == Algo::AUTO
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -116,6 +122,7 @@ impl Algo {
                 "spread" => a.spread = true,
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
+                "pdl" => a.pdl = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -127,7 +134,7 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, joined with '+')"
                     ))
                 }
             }
@@ -162,13 +169,13 @@ impl Algo {
             Base::TwoShot => 3,
         };
         // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
-        // prefetch 33.
+        // prefetch 33, pdl 34.
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
             | (self.spread as u32) << 31;
-        low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33
+        low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (self.pdl as u64) << 34
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -187,6 +194,7 @@ impl Algo {
             spread: b >> 31 != 0,
             no_spread: wide >> 32 & 1 != 0,
             prefetch: wide >> 33 & 1 != 0,
+            pdl: wide >> 34 & 1 != 0,
         }
     }
 }
@@ -210,6 +218,7 @@ impl std::fmt::Display for Algo {
             (self.spread, "spread"),
             (self.no_spread, "nospread"),
             (self.prefetch, "prefetch"),
+            (self.pdl, "pdl"),
         ] {
             if on {
                 parts.push(name);
@@ -416,6 +425,9 @@ mod tests {
         let p = Algo::parse("nospread+prefetch").unwrap();
         assert!(p.prefetch && p.no_spread && p.is_auto() && !Algo::AUTO.prefetch);
         assert_eq!((Algo::from_bits(p.to_bits()), p.to_string().as_str()), (p, "auto+nospread+prefetch"));
+        let d = Algo::parse("ll+pdl+prefetch").unwrap();
+        assert!(d.pdl && d.prefetch && d.base == Base::Ll && Algo::parse("pdl").unwrap().is_auto());
+        assert_eq!((Algo::from_bits(d.to_bits()), d.to_string().as_str()), (d, "ll+prefetch+pdl"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

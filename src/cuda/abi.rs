@@ -149,6 +149,9 @@ pub(crate) const fn desc_protocol(mode: u32) -> u32 {
     (mode & (MODE_TWO_SHOT | MODE_PUSH | MODE_PIPE)) >> 2
 }
 pub(crate) const MODE_CLASSIC: u32 = 256;
+/// `SYMM_COLL_PDL`: an LL kernel launched as a programmatic dependent
+/// (SYMM_ALGO token `pdl`; kernels/ll.cuh `ll_begin`).
+pub(crate) const MODE_PDL: u32 = 512;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
 /// flags to the pipelined kernels' flags), `SYMM_PIPE_WORDS`.

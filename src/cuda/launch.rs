@@ -22,6 +22,36 @@ pub struct LaunchConfig {
 /// Launch `f` on `stream` with `params` (pointers to each argument, in order).
 /// The device's context must be current (see `Device::make_current`).
 pub fn launch(f: Function, cfg: LaunchConfig, stream: CUstream, params: &mut [*mut c_void]) -> Result<()> {
+    launch_as(f, cfg, stream, params, false)
+}
+
+/// `launch`, and with `dependent` as a programmatic dependent launch
+/// (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the kernel may
+/// start before the stream's previous kernel ends, and must wait for it
+/// (`griddepcontrol.wait`) before touching memory. Captured into a graph
+/// it becomes a programmatic edge.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn launch_as(f: Function, cfg: LaunchConfig, stream: CUstream, params: &mut [*mut c_void], dependent: bool) -> Result<()> {
+    if dependent {
+        // SAFETY: a plain-data union; the attribute reads only this member.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: cfg.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: cfg.shared_mem,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        cu!(cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), std::ptr::null_mut()))?;
+        return Ok(());
+    }
     cu!(cuLaunchKernel(
         f.0,
         cfg.grid,
