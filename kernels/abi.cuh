@@ -102,6 +102,7 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_CLASSIC 256u  // the copy and reduction loops of before (rank-order loads, one vector
                                 // in flight in the copy tail): for A/B measurements
 #define SYMM_COLL_PDL 512u      // LL kernels: launched as programmatic dependents (ll.cuh ll_begin)
+#define SYMM_COLL_LIGHT_SYNC 1024u  // block_sync publishes with its release store alone (coll.cuh)
 // Mode bits that change what crosses between ranks (the protocol): compared
 // at the first sync on every call, so ranks that picked different kernels
 // fail with a mismatch instead of misreading each other's flags.

@@ -503,7 +503,13 @@ __device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) 
   const uint32_t p = threadIdx.x;
   const bool peer = p < a.nranks && p != a.rank;
   if (peer) {
-    __threadfence_system();
+    // The release store alone publishes what the block wrote before the
+    // barrier above (a release is cumulative over what the barrier made
+    // this thread observe; it compiles to MEMBAR.ALL.SYS + the store). The
+    // sequentially consistent fence before it (MEMBAR.SC.SYS and an L1
+    // invalidation, sm_90) is the measured default until SYMM_ALGO
+    // `lightsync` (SYMM_COLL_LIGHT_SYNC) is timed against it.
+    if (!(a.mode & SYMM_COLL_LIGHT_SYNC)) __threadfence_system();
     symm_st_release_sys(a.peer_flags[p] + blockIdx.x * SYMM_MAX_RANKS + a.rank, next);
     const uint32_t* mine = a.flags + blockIdx.x * SYMM_MAX_RANKS + p;
     SymmSpin spin(a.wait, p, blockIdx.x);

@@ -54,7 +54,7 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default (not yet measured
 /// on several GPUs).
-/// `grid=N`, `spread`, `nospread`, `prefetch` and `pdl` tune kernels and
+/// `grid=N`, `spread`, `nospread`, `prefetch`, `pdl` and `lightsync` tune kernels and
 /// leave the choice `auto` ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     if chosen.is_auto() && nranks == 2 {
@@ -225,6 +225,9 @@ impl Call<'_> {
         }
         if self.algo.classic {
             a.mode |= abi::MODE_CLASSIC;
+        }
+        if self.algo.light_sync {
+            a.mode |= abi::MODE_LIGHT_SYNC;
         }
         a
     }

@@ -74,6 +74,11 @@ pub struct Algo {
     /// previous kernel, which they wait for on the GPU (seventh session,
     /// not yet measured). A tuning: alone it keeps `auto`'s choices.
     pub pdl: bool,
+    /// `lightsync`: the synced kernels' cross-rank block syncs publish with
+    /// their release store alone, without the system-scope sequentially
+    /// consistent fence before it (seventh session, not yet measured). A
+    /// tuning: alone it keeps `auto`'s choices.
+    pub light_sync: bool,
 }
 
 impl Algo {
@@ -90,13 +95,16 @@ impl Algo {
             no_spread: false,
             prefetch: false,
             pdl: false,
+            light_sync: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` / `nospread` / `prefetch` / `pdl` aside: they tune
-    /// kernels, not the choice of kernel).
+    /// and `spread` / `nospread` / `prefetch` / `pdl` / `lightsync` aside:
+    /// they tune kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: false, ..self } == Algo::AUTO
+        let choice =
+            Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: false, light_sync: false, ..self };
+        choice == Algo::AUTO
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -123,6 +131,7 @@ impl Algo {
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
                 "pdl" => a.pdl = true,
+                "lightsync" | "light_sync" | "light-sync" => a.light_sync = true,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -134,7 +143,7 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, lightsync, joined with '+')"
                     ))
                 }
             }
@@ -169,13 +178,14 @@ impl Algo {
             Base::TwoShot => 3,
         };
         // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
-        // prefetch 33, pdl 34.
+        // prefetch 33, pdl 34, lightsync 35.
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
             | (self.spread as u32) << 31;
         low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (self.pdl as u64) << 34
+            | (self.light_sync as u64) << 35
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -195,6 +205,7 @@ impl Algo {
             no_spread: wide >> 32 & 1 != 0,
             prefetch: wide >> 33 & 1 != 0,
             pdl: wide >> 34 & 1 != 0,
+            light_sync: wide >> 35 & 1 != 0,
         }
     }
 }
@@ -219,6 +230,7 @@ impl std::fmt::Display for Algo {
             (self.no_spread, "nospread"),
             (self.prefetch, "prefetch"),
             (self.pdl, "pdl"),
+            (self.light_sync, "lightsync"),
         ] {
             if on {
                 parts.push(name);
@@ -428,6 +440,9 @@ mod tests {
         let d = Algo::parse("ll+pdl+prefetch").unwrap();
         assert!(d.pdl && d.prefetch && d.base == Base::Ll && Algo::parse("pdl").unwrap().is_auto());
         assert_eq!((Algo::from_bits(d.to_bits()), d.to_string().as_str()), (d, "ll+prefetch+pdl"));
+        let l = Algo::parse("twoshot+push+lightsync").unwrap();
+        assert!(l.light_sync && !l.is_auto() && Algo::parse("lightsync").unwrap().is_auto());
+        assert_eq!((Algo::from_bits(l.to_bits()), l.to_string().as_str()), (l, "twoshot+push+lightsync"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

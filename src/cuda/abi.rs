@@ -152,6 +152,9 @@ pub(crate) const MODE_CLASSIC: u32 = 256;
 /// `SYMM_COLL_PDL`: an LL kernel launched as a programmatic dependent
 /// (SYMM_ALGO token `pdl`; kernels/ll.cuh `ll_begin`).
 pub(crate) const MODE_PDL: u32 = 512;
+/// `SYMM_COLL_LIGHT_SYNC`: block_sync without its system-scope SC fence
+/// before the release store (SYMM_ALGO token `lightsync`; kernels/coll.cuh).
+pub(crate) const MODE_LIGHT_SYNC: u32 = 1024;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
 /// flags to the pipelined kernels' flags), `SYMM_PIPE_WORDS`.
