@@ -362,9 +362,12 @@ impl Call<'_> {
 
     /// Whether an LL kernel goes out as a programmatic dependent (`pdl`):
     /// asked, on a GPU that has it (compute capability 9.0; the sm_80 code
-    /// has no griddepcontrol).
+    /// has no griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there
+    /// a rank's next kernel, resident early at its wait, could hold the SMs
+    /// that another rank of the same GPU needs for the kernel this one
+    /// waits on (one GPU a rank, as in use, has no such cycle).
     pub fn dependent_launch(&self) -> bool {
-        self.algo.pdl && self.comm.device.compute_capability.0 >= 9
+        self.algo.pdl && self.comm.device.compute_capability.0 >= 9 && !crate::config::get().test_shared_devices
     }
 
     /// Log how this call's input reaches the peers: at INFO the first time
