@@ -351,13 +351,10 @@ impl Call<'_> {
         let grid = units.div_ceil(block as u64).clamp(1, max) as u32;
         let mut a = self.args();
         self.note(InputPath::Ll);
-        let dependent = self.dependent_launch();
-        if dependent {
+        if self.dependent_launch() {
             a.mode |= abi::MODE_PDL;
         }
-        let f = self.comm.device.module().function(kernel)?;
-        let mut params = [(&mut a as *mut CollArgs).cast::<c_void>()];
-        launch::launch_as(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params, dependent)
+        self.launch_with(kernel, grid, block, &mut a)
     }
 
     /// Whether an LL kernel goes out as a programmatic dependent (`pdl`):
@@ -408,8 +405,9 @@ impl Call<'_> {
     /// the communicator's context current (see [`Request::validate`]).
     fn launch_with(&self, kernel: &'static CStr, grid: u32, block: u32, a: &mut CollArgs) -> Result<()> {
         let f = self.comm.device.module().function(kernel)?;
+        let dependent = a.mode & abi::MODE_PDL != 0; // LL kernels only (launch_ll)
         let mut params = [(a as *mut CollArgs).cast::<c_void>()];
-        launch::launch(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params)
+        launch::launch_as(f, LaunchConfig { grid, block, shared_mem: 0 }, self.stream, &mut params, dependent)
     }
 }
 
