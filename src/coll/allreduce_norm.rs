@@ -27,7 +27,7 @@ use super::ranges::check_disjoint;
 use super::{allreduce, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    NormArgs, MODE_PDL, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
+    NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
     NORM_SAME_TYPE, NORM_SPREAD,
 };
 use crate::cuda::launch::{self, LaunchConfig};
@@ -286,10 +286,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         k.add_norm
     };
     // Only the LL forms wait for their stream's previous kernel themselves (ll.cuh).
-    let dependent = fused && call.dependent_launch();
-    if dependent {
-        n.coll.mode |= MODE_PDL;
-    }
+    let dependent = fused && call.mark_dependent(&mut n.coll);
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
     let cfg = LaunchConfig { grid: grid as u32, block: threads_for(block_units), shared_mem: 0 };

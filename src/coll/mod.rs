@@ -351,20 +351,24 @@ impl Call<'_> {
         let grid = units.div_ceil(block as u64).clamp(1, max) as u32;
         let mut a = self.args();
         self.note(InputPath::Ll);
-        if self.dependent_launch() {
-            a.mode |= abi::MODE_PDL;
-        }
+        self.mark_dependent(&mut a);
         self.launch_with(kernel, grid, block, &mut a)
     }
 
-    /// Whether an LL kernel goes out as a programmatic dependent (`pdl`):
-    /// asked, on a GPU that has it (compute capability 9.0; the sm_80 code
-    /// has no griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there
-    /// a rank's next kernel, resident early at its wait, could hold the SMs
+    /// Mark an LL kernel's arguments for a programmatic dependent launch
+    /// (`pdl`, MODE_PDL) and say whether it goes out as one: asked, on a GPU
+    /// that has it (compute capability 9.0; the sm_80 code has no
+    /// griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there a
+    /// rank's next kernel, resident early at its wait, could hold the SMs
     /// that another rank of the same GPU needs for the kernel this one
     /// waits on (one GPU a rank, as in use, has no such cycle).
-    pub fn dependent_launch(&self) -> bool {
-        self.algo.pdl && self.comm.device.compute_capability.0 >= 9 && !crate::config::get().test_shared_devices
+    pub fn mark_dependent(&self, a: &mut CollArgs) -> bool {
+        let dependent =
+            self.algo.pdl && self.comm.device.compute_capability.0 >= 9 && !crate::config::get().test_shared_devices;
+        if dependent {
+            a.mode |= abi::MODE_PDL;
+        }
+        dependent
     }
 
     /// Log how this call's input reaches the peers: at INFO the first time
