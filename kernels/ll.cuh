@@ -27,7 +27,8 @@ struct LLState {
 __device__ __forceinline__ uint32_t ll_next(uint32_t e) { return e + 1 == 0xffffffffu ? 1u : e + 1; }
 
 __device__ __forceinline__ LLState ll_begin(const SymmCollArgs& a) {
-  // Programmatic dependent launch (SYMM_ALGO token `pdl`, SYMM_COLL_PDL):
+  // Programmatic dependent launch (SYMM_COLL_PDL; the default on sm_90
+  // since the eighth session, SYMM_ALGO `nopdl` launches as before):
   // the host lets this kernel launch before the stream's previous kernel
   // has finished, so first wait for that kernel and its memory (a no-op
   // in a kernel launched without the attribute), then let the stream's
@@ -35,8 +36,9 @@ __device__ __forceinline__ LLState ll_begin(const SymmCollArgs& a) {
   // its own wait when this one ends, instead of a launch gap later. Every
   // block of this grid is resident by the time all have triggered, so the
   // early blocks cannot starve this grid's cross-rank waits. Only with
-  // the bit: a user's kernel launched as a dependent must not start early
-  // unless symmcomm was asked to.
+  // the bit: with `nopdl` a user's kernel launched as a dependent does not
+  // start early (with it, PDL's contract holds: it waits in
+  // griddepcontrol.wait before it reads what this kernel wrote).
 #if __CUDA_ARCH__ >= 900  // sm_80 has no programmatic launch (the host sets none there)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (a.mode & SYMM_COLL_PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

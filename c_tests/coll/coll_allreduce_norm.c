@@ -117,14 +117,15 @@ static int has_token(const char *algo, const char *want) {
 }
 
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
- * Algo::is_auto: only "auto", "spread", "nospread", "prefetch", "pdl" and
- * "grid=N" tokens. */
+ * Algo::is_auto: only "auto" and the tunings "spread", "nospread",
+ * "prefetch", "pdl", "nopdl", "lightsync", "fullsync" and "grid=N". */
 static int auto_choice(const char *algo) {
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len))
     if (len && !token_is(tok, len, "auto") && !token_is(tok, len, "spread") && !token_is(tok, len, "nospread") &&
-        !token_is(tok, len, "prefetch") && !token_is(tok, len, "pdl") && strncmp(tok, "grid=", 5))
+        !token_is(tok, len, "prefetch") && !token_is(tok, len, "pdl") && !token_is(tok, len, "nopdl") &&
+        !token_is(tok, len, "lightsync") && !token_is(tok, len, "fullsync") && strncmp(tok, "grid=", 5))
       return 0;
   return 1;
 }
@@ -372,7 +373,7 @@ static void body(struct tw *w, void *ctx) {
   }
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
-   * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `pdl` and `grid=N` tune
+   * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `nopdl`, `fullsync`, `grid=N` tune
    * kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;

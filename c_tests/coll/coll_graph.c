@@ -121,8 +121,8 @@ static void enqueue_sequence(struct tw *w, struct rank_k *rk, const struct cw_bu
       void *p[] = {&buf, &n, &kind, &sd, &rank, &op, &ctr};
       launch(r, rk[i].fill, n, p, "cg_fill");
     }
-    /* A memset node just before the first collective: with SYMM_ALGO=pdl
-     * an LL kernel is captured as a programmatic dependent, and its
+    /* A memset node just before the first collective: on GPUs of their
+     * own (not shared) an LL kernel is captured as a programmatic dependent, and its
      * predecessor need not be a kernel. (Word 8 of ctr: unused.) */
     TW_CU(cw_cu.cuMemsetD32Async(rk[i].ctr + 32, 0, 1, r->stream));
   }

@@ -54,7 +54,7 @@ use crate::memory::index::{BufferEntry, BufferKind};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default (not yet measured
 /// on several GPUs).
-/// `grid=N`, `spread`, `nospread`, `prefetch`, `pdl` and `lightsync` tune kernels and
+/// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
 /// leave the choice `auto` ([`Algo::is_auto`]).
 fn default_algo(chosen: Algo, nranks: usize) -> Algo {
     if chosen.is_auto() && nranks == 2 {
@@ -356,7 +356,7 @@ impl Call<'_> {
     }
 
     /// Mark an LL kernel's arguments for a programmatic dependent launch
-    /// (`pdl`, MODE_PDL) and say whether it goes out as one: asked, on a GPU
+    /// (MODE_PDL) and say whether it goes out as one: not `nopdl`, on a GPU
     /// that has it (compute capability 9.0; the sm_80 code has no
     /// griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there a
     /// rank's next kernel, resident early at its wait, could hold the SMs

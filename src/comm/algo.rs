@@ -69,15 +69,21 @@ pub struct Algo {
     /// weight in L1 before waiting for the peers' packets (seventh session,
     /// not yet measured). A tuning: alone it keeps `auto`'s choices.
     pub prefetch: bool,
-    /// `pdl`: LL kernels (the small-message collectives and the fused
-    /// norm's LL forms) launched as programmatic dependents of the stream's
-    /// previous kernel, which they wait for on the GPU (seventh session,
-    /// not yet measured). A tuning: alone it keeps `auto`'s choices.
+    /// LL kernels (the small-message collectives and the fused norm's LL
+    /// forms) launched as programmatic dependents of the stream's previous
+    /// kernel, which they wait for on the GPU. On unless `nopdl`: on
+    /// 4 x H100 (2026-11-27, eighth session) 0.45-0.55 us less per call
+    /// graph-replayed at 2 and 4 ranks, 8 B - 1 MiB, every collective
+    /// (docs/PERFORMANCE.md). `pdl` names the default. A tuning: `nopdl`
+    /// alone keeps `auto`'s choices.
     pub pdl: bool,
-    /// `lightsync`: the synced kernels' cross-rank block syncs publish with
-    /// their release store alone, without the system-scope sequentially
-    /// consistent fence before it (seventh session, not yet measured). A
-    /// tuning: alone it keeps `auto`'s choices.
+    /// The synced kernels' cross-rank block syncs publish with their
+    /// release store alone, without the system-scope sequentially
+    /// consistent fence before it. On unless `fullsync` (the fence of
+    /// before): on 4 x H100 (eighth session) 4 MiB all-reduce 30.9 against
+    /// 35.7 us, 0.87-0.99x the time from 4 to 64 MiB, equal below.
+    /// `lightsync` names the default. A tuning: `fullsync` alone keeps
+    /// `auto`'s choices.
     pub light_sync: bool,
 }
 
@@ -94,16 +100,15 @@ impl Algo {
             spread: false,
             no_spread: false,
             prefetch: false,
-            pdl: false,
-            light_sync: false,
+            pdl: true,
+            light_sync: true,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` / `nospread` / `prefetch` / `pdl` / `lightsync` aside:
+    /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` aside:
     /// they tune kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        let choice =
-            Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: false, light_sync: false, ..self };
+        let choice = Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: true, light_sync: true, ..self };
         choice == Algo::AUTO
     }
 
@@ -131,7 +136,9 @@ impl Algo {
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
                 "pdl" => a.pdl = true,
+                "nopdl" | "no_pdl" | "no-pdl" => a.pdl = false,
                 "lightsync" | "light_sync" | "light-sync" => a.light_sync = true,
+                "fullsync" | "full_sync" | "full-sync" => a.light_sync = false,
                 t if t.starts_with("p2p:") => (a.p2p, a.p2p_shape) = (true, P2PShape::parse(&t[3..]).map_err(|e| format!("{e} in \"{s}\""))?),
                 t if t.starts_with("grid=") => {
                     let n: u32 = t[5..].parse().map_err(|_| format!("\"{t}\" in \"{s}\": grid=N with N a number"))?;
@@ -143,7 +150,8 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, lightsync, joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
+                         fullsync, joined with '+')"
                     ))
                 }
             }
@@ -153,6 +161,13 @@ impl Algo {
         }
         if a.spread && a.no_spread {
             return Err(format!("\"{s}\" names both spread and nospread"));
+        }
+        let named = |t: &[&str]| s.split(['+', ',']).any(|x| t.contains(&x.trim().to_ascii_lowercase().as_str()));
+        if named(&["pdl"]) && named(&["nopdl", "no_pdl", "no-pdl"]) {
+            return Err(format!("\"{s}\" names both pdl and nopdl"));
+        }
+        if named(&["lightsync", "light_sync", "light-sync"]) && named(&["fullsync", "full_sync", "full-sync"]) {
+            return Err(format!("\"{s}\" names both lightsync and fullsync"));
         }
         Ok(a)
     }
@@ -178,14 +193,14 @@ impl Algo {
             Base::TwoShot => 3,
         };
         // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
-        // prefetch 33, pdl 34, lightsync 35.
+        // prefetch 33, nopdl 34, fullsync 35 (all zero: the defaults).
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
             | (self.grid_log2 as u32) << 27
             | (self.spread as u32) << 31;
-        low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (self.pdl as u64) << 34
-            | (self.light_sync as u64) << 35
+        low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (!self.pdl as u64) << 34
+            | (!self.light_sync as u64) << 35
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -204,8 +219,8 @@ impl Algo {
             spread: b >> 31 != 0,
             no_spread: wide >> 32 & 1 != 0,
             prefetch: wide >> 33 & 1 != 0,
-            pdl: wide >> 34 & 1 != 0,
-            light_sync: wide >> 35 & 1 != 0,
+            pdl: wide >> 34 & 1 == 0,
+            light_sync: wide >> 35 & 1 == 0,
         }
     }
 }
@@ -229,8 +244,8 @@ impl std::fmt::Display for Algo {
             (self.spread, "spread"),
             (self.no_spread, "nospread"),
             (self.prefetch, "prefetch"),
-            (self.pdl, "pdl"),
-            (self.light_sync, "lightsync"),
+            (!self.pdl, "nopdl"),
+            (!self.light_sync, "fullsync"),
         ] {
             if on {
                 parts.push(name);
@@ -437,12 +452,17 @@ mod tests {
         let p = Algo::parse("nospread+prefetch").unwrap();
         assert!(p.prefetch && p.no_spread && p.is_auto() && !Algo::AUTO.prefetch);
         assert_eq!((Algo::from_bits(p.to_bits()), p.to_string().as_str()), (p, "auto+nospread+prefetch"));
-        let d = Algo::parse("ll+pdl+prefetch").unwrap();
-        assert!(d.pdl && d.prefetch && d.base == Base::Ll && Algo::parse("pdl").unwrap().is_auto());
-        assert_eq!((Algo::from_bits(d.to_bits()), d.to_string().as_str()), (d, "ll+prefetch+pdl"));
-        let l = Algo::parse("twoshot+push+lightsync").unwrap();
-        assert!(l.light_sync && !l.is_auto() && Algo::parse("lightsync").unwrap().is_auto());
-        assert_eq!((Algo::from_bits(l.to_bits()), l.to_string().as_str()), (l, "twoshot+push+lightsync"));
+        assert!(Algo::AUTO.pdl && Algo::AUTO.light_sync, "both are the defaults since the eighth session");
+        assert_eq!(Algo::parse("pdl+lightsync").unwrap(), Algo::AUTO, "the tokens name the defaults");
+        let d = Algo::parse("ll+nopdl+prefetch").unwrap();
+        assert!(!d.pdl && d.light_sync && d.prefetch && d.base == Base::Ll && Algo::parse("nopdl").unwrap().is_auto());
+        assert_eq!((Algo::from_bits(d.to_bits()), d.to_string().as_str()), (d, "ll+prefetch+nopdl"));
+        let l = Algo::parse("twoshot+push+fullsync").unwrap();
+        assert!(!l.light_sync && l.pdl && !l.is_auto() && Algo::parse("fullsync").unwrap().is_auto());
+        assert_eq!((Algo::from_bits(l.to_bits()), l.to_string().as_str()), (l, "twoshot+push+fullsync"));
+        assert_eq!(Algo::parse("nopdl+fullsync").unwrap().to_string(), "auto+nopdl+fullsync");
+        assert!(Algo::parse("pdl+nopdl").unwrap_err().contains("both"));
+        assert!(Algo::parse("lightsync+full-sync").unwrap_err().contains("both"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

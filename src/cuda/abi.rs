@@ -150,10 +150,11 @@ pub(crate) const fn desc_protocol(mode: u32) -> u32 {
 }
 pub(crate) const MODE_CLASSIC: u32 = 256;
 /// `SYMM_COLL_PDL`: an LL kernel launched as a programmatic dependent
-/// (SYMM_ALGO token `pdl`; kernels/ll.cuh `ll_begin`).
+/// (by default on sm_90, not with SYMM_ALGO `nopdl`; kernels/ll.cuh `ll_begin`).
 pub(crate) const MODE_PDL: u32 = 512;
 /// `SYMM_COLL_LIGHT_SYNC`: block_sync without its system-scope SC fence
-/// before the release store (SYMM_ALGO token `lightsync`; kernels/coll.cuh).
+/// before the release store (by default, not with SYMM_ALGO `fullsync`;
+/// kernels/coll.cuh).
 pub(crate) const MODE_LIGHT_SYNC: u32 = 1024;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
