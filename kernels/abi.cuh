@@ -106,6 +106,7 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 // Mode bits that change what crosses between ranks (the protocol): compared
 // at the first sync on every call, so ranks that picked different kernels
 // fail with a mismatch instead of misreading each other's flags.
+// All three: the write-only two-shot all-reduce (allreduce_write.cu).
 #define SYMM_COLL_PROTO_BITS (SYMM_COLL_TWO_SHOT | SYMM_COLL_PUSH | SYMM_COLL_PIPE)
 
 // ---- Per-phase timeline (SYMM_TIMELINE=1) ----------------------------------

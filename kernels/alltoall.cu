@@ -34,8 +34,12 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall(SymmCollArgs
 // rank sends block r of its input to rank r as LL packets, copies its own
 // block locally, and unpacks what each peer sent into block p of its
 // output: no cross-rank sync, the reduce-scatter LL kernel without the
-// reduction. (In place a thread could overwrite an input block another
-// thread has not yet sent; the host keeps that case on the synced kernel.)
+// reduction. In place (send = recv) is safe: unit u of every block is read
+// (sent, or copied for the own block) and later written (unpacked) by the
+// same thread, which sends all of its units before it unpacks any. A
+// partial overlap is not (a unit's address would belong to another
+// thread's unit of another block): the host keeps that case on the synced
+// kernel.
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_alltoall_ll(SymmCollArgs a) {
   const LLState s = ll_begin(a);
   const uint64_t n = a.count * a.elem_size, units = (n + 7) / 8, stride = symm_grid_stride();

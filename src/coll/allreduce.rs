@@ -8,7 +8,8 @@
 //! `push` where send and recv are both symmetric/registered (a sync at
 //! entry and exit only), `pipe` otherwise (per-chunk flags through scratch
 //! slots instead of two whole-grid syncs per round), for 16- and 32-bit
-//! floats.
+//! floats. `write` (allreduce_write.rs) stores only: any input, a
+//! symmetric/registered output.
 
 use super::{
     even_rounds, opt_in_dtype, push_by_default, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
@@ -40,6 +41,12 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     // The measured default at 2 and 4 ranks (mod.rs), wherever both
     // buffers are symmetric/registered (call.direct below).
     let default_push = push_by_default(call.defaulted, n, bytes);
+    if two_shot && algo.write && opt_in {
+        // Any input; the output symmetric/registered, else the choices below.
+        if let Some(launched) = super::allreduce_write::launch(call, bytes) {
+            return launched;
+        }
+    }
     if (two_shot && algo.push || default_push) && opt_in {
         // Safe in place too: rank j reads and writes element i of every
         // rank only in slice j (kernels/allreduce_push.cu).

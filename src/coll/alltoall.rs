@@ -1,7 +1,10 @@
 //! symmAllToAll with equal blocks: block r of rank q's output is block q of
-//! rank r's input. In place goes through scratch (a rank would overwrite a
-//! block a peer still reads). Out of place under `auto`, blocks up to the
-//! LL limit go as LL packets (also with SYMM_ALGO=ll), and larger ones on
+//! rank r's input. Out of place under `auto`, blocks up to the LL limit go
+//! as LL packets (also with SYMM_ALGO=ll); with `ll` also exactly in place
+//! (each unit of the buffer is read and then written by the same thread of
+//! the LL kernel; a partial overlap is not safe there), `auto`'s choice
+//! once measured. Other in-place blocks go through scratch (a rank would
+//! overwrite a block a peer still reads). Out of place, larger ones on
 //! the point-to-point engine (alltoallv.rs `launch_blocks`) where the
 //! recvbuff is symmetric/registered (at every size with SYMM_ALGO=p2p);
 //! the rest, and any other explicit SYMM_ALGO, through the synced kernel
@@ -26,7 +29,11 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     let overlap = call.send < call.recv + n * block && call.recv < call.send + n * block;
     // LL under `auto` and `ll` only: an explicit `p2p` or `classic` keeps
     // the path it names at every size (the sweeps compare them).
-    if !overlap && (call.defaulted || call.algo.base == Base::Ll) && call.use_ll(block) {
+    // In place with `ll` (eighth session, not yet run on a GPU): through
+    // the synced kernel it took 13.6 us a call at 8 B on 4 x H100 against
+    // 3.6 out of place, graph-replayed (docs/perf/measure-4xH100-2026-11-27-s8.md).
+    let ll_ok = !overlap && (call.defaulted || call.algo.base == Base::Ll) || in_place && call.algo.base == Base::Ll;
+    if ll_ok && call.use_ll(block) {
         return call.launch_ll(c"symm_alltoall_ll", block);
     }
     // `auto` takes the engine only where peers may store straight into the

@@ -17,6 +17,7 @@
 pub mod allgather;
 pub mod allreduce;
 pub mod allreduce_norm;
+mod allreduce_write;
 pub mod alltoall;
 pub mod alltoallv;
 pub mod alltoallv_2d;
@@ -649,7 +650,7 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 9] = names!(
+    static NAMES: [[&str; 12]; 10] = names!(
         "allreduce",
         "reduce_scatter",
         "reduce",
@@ -658,7 +659,8 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
         "allreduce_push",
         "allreduce_pipe",
         "reduce_scatter_pipe",
-        "allreduce_ll2"
+        "allreduce_ll2",
+        "allreduce_write"
     );
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
@@ -673,6 +675,7 @@ pub(crate) const FAMILY_ALLREDUCE_PUSH: usize = 5;
 pub(crate) const FAMILY_ALLREDUCE_PIPE: usize = 6;
 pub(crate) const FAMILY_REDUCE_SCATTER_PIPE: usize = 7;
 pub(crate) const FAMILY_ALLREDUCE_LL_TWO_SHOT: usize = 8;
+pub(crate) const FAMILY_ALLREDUCE_WRITE: usize = 9;
 
 /// Element types the opt-in push and pipelined kernels are built for
 /// (kernels/pipe.cuh, SYMM_FOR_EACH_OPT_IN_TYPE); other types run the
@@ -697,6 +700,7 @@ mod tests {
         assert!(opt_in_dtype(symmDataType_t::symmFloat32) && !opt_in_dtype(symmDataType_t::symmInt32));
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, symmDataType_t::symmFloat64), c"symm_allreduce_ll2_f64");
+        assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_WRITE, symmDataType_t::symmBfloat16), c"symm_allreduce_write_bf16");
     }
 
     #[test]

@@ -36,6 +36,13 @@ pub struct Algo {
     /// recvbuff stores each rank's block into every rank's output
     /// (kernels/allgather.cu).
     pub push: bool,
+    /// `write`: the two-shot all-reduce into a symmetric/registered output
+    /// by stores only (kernels/allreduce_write.cu): each rank stores the
+    /// owners' slices of its input into their scratch, each owner reduces
+    /// locally and stores its slice into every rank's output; any input
+    /// buffer. Where both are named, `write` takes the all-reduce and
+    /// `push` the all-gather. (Eighth session, issue 33; not yet measured.)
+    pub write: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with
     /// per-chunk flags instead of whole-grid syncs (kernels/pipe.cuh).
@@ -92,6 +99,7 @@ impl Algo {
         Algo {
             base: Base::Auto,
             push: false,
+            write: false,
             pipe: false,
             p2p: false,
             p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0 },
@@ -129,6 +137,7 @@ impl Algo {
                 "oneshot" | "one_shot" | "one-shot" => (a.base, bases) = (Base::OneShot, bases + 1),
                 "twoshot" | "two_shot" | "two-shot" => (a.base, bases) = (Base::TwoShot, bases + 1),
                 "push" => a.push = true,
+                "write" => a.write = true,
                 "pipe" => a.pipe = true,
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
@@ -149,7 +158,7 @@ impl Algo {
                 }
                 other => {
                     return Err(format!(
-                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, pipe, p2p, \
+                        "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
                          fullsync, joined with '+')"
                     ))
@@ -193,7 +202,7 @@ impl Algo {
             Base::TwoShot => 3,
         };
         // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
-        // prefetch 33, nopdl 34, fullsync 35 (all zero: the defaults).
+        // prefetch 33, nopdl 34, fullsync 35 (all zero: the defaults), write 36.
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
@@ -201,6 +210,7 @@ impl Algo {
             | (self.spread as u32) << 31;
         low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (!self.pdl as u64) << 34
             | (!self.light_sync as u64) << 35
+            | (self.write as u64) << 36
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -211,6 +221,7 @@ impl Algo {
         Algo {
             base,
             push: b & 4 != 0,
+            write: wide >> 36 & 1 != 0,
             pipe: b & 8 != 0,
             p2p: b & 16 != 0,
             p2p_shape,
@@ -237,6 +248,7 @@ impl std::fmt::Display for Algo {
         let grid = format!("grid={}", self.grid_cap());
         for (on, name) in [
             (self.push, "push"),
+            (self.write, "write"),
             (self.pipe, "pipe"),
             (self.p2p, p2p.as_str()),
             (self.classic, "classic"),
@@ -463,6 +475,9 @@ mod tests {
         assert_eq!(Algo::parse("nopdl+fullsync").unwrap().to_string(), "auto+nopdl+fullsync");
         assert!(Algo::parse("pdl+nopdl").unwrap_err().contains("both"));
         assert!(Algo::parse("lightsync+full-sync").unwrap_err().contains("both"));
+        let w = Algo::parse("twoshot+write+push+fullsync").unwrap();
+        assert!(w.write && w.push && !w.is_auto() && !Algo::AUTO.write);
+        assert_eq!((Algo::from_bits(w.to_bits()), w.to_string().as_str()), (w, "twoshot+push+write+fullsync"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }

@@ -469,18 +469,20 @@ fn fused_op_name(id: u32) -> Option<&'static str> {
 
 /// The kernel protocol in a descriptor (bits 16-23 of word 0, abi::desc_protocol).
 fn protocol_name(d: &[u32; abi::DESC_WORDS]) -> &'static str {
-    use abi::{desc_protocol, MODE_PIPE, MODE_PUSH, MODE_TWO_SHOT};
+    use abi::{desc_protocol, MODE_PIPE, MODE_PUSH, MODE_TWO_SHOT, MODE_WRITE};
     const ONE_SHOT: u32 = desc_protocol(0);
     const TWO_SHOT: u32 = desc_protocol(MODE_TWO_SHOT);
     const PUSH: u32 = desc_protocol(MODE_TWO_SHOT | MODE_PUSH);
     const PIPE_TWO_SHOT: u32 = desc_protocol(MODE_TWO_SHOT | MODE_PIPE);
     const PIPE: u32 = desc_protocol(MODE_PIPE);
+    const WRITE: u32 = desc_protocol(MODE_WRITE);
     match (d[0] >> 16) & 0xff {
         ONE_SHOT => "the one-shot kernel",
         TWO_SHOT => "the two-shot kernel",
         PUSH => "the two-shot push kernel",
         PIPE_TWO_SHOT => "the pipelined two-shot kernel",
         PIPE => "the pipelined kernel",
+        WRITE => "the write-only two-shot kernel",
         _ => "an unknown kernel",
     }
 }
@@ -838,6 +840,7 @@ mod tests {
         assert_eq!(name(17), "the two-shot push kernel");
         assert_eq!(name(33), "the pipelined two-shot kernel");
         assert_eq!(name(32), "the pipelined kernel");
+        assert_eq!(name(49), "the write-only two-shot kernel");
         assert_eq!(name(0), "the one-shot kernel");
     }
 

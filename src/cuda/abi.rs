@@ -138,6 +138,9 @@ pub(crate) const MODE_CHECK: u32 = 16;
 pub(crate) const MODE_LOCAL: u32 = 32;
 pub(crate) const MODE_PUSH: u32 = 64;
 pub(crate) const MODE_PIPE: u32 = 128;
+/// The write-only two-shot all-reduce's protocol (kernels/allreduce_write.cu):
+/// all three protocol bits, which no other kernel sets together.
+pub(crate) const MODE_WRITE: u32 = MODE_TWO_SHOT | MODE_PUSH | MODE_PIPE;
 
 /// Op ids of the fused matmul ops in the call descriptors' top byte, after
 /// the collectives' ids (coll::CollId, 1-6).
