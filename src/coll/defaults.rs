@@ -1,0 +1,195 @@
+//! What `auto` chooses, per rank count, collective and size: every
+//! measured default in one place, each with the measurement it came from
+//! (docs/PERFORMANCE.md has the tables). Elsewhere: the LL launches and
+//! block syncs of `Algo::AUTO` (`pdl`, `lightsync`; src/comm/algo.rs), the
+//! send/recv engine's shape (`P2PShape::AUTO`), and the fused norm's
+//! `spread` at 4 ranks (allreduce_norm.rs `SPREAD_DEFAULT_RANKS`).
+
+use super::{Algo, CollId};
+
+/// What `auto` means at each rank count, chosen from the A/B sweep on
+/// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
+/// the classic copy and reduction loops beat the balanced, deep ones at
+/// every size for all-reduce, reduce-scatter, all-gather and all-to-all
+/// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
+/// peer). From three ranks the new loops stay the default (not yet measured
+/// on several GPUs).
+/// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
+/// leave the choice `auto` ([`Algo::is_auto`]).
+pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
+    if chosen.is_auto() && nranks == 2 {
+        // is_auto: everything else is auto's, the tunings are kept.
+        Algo { classic: true, ..chosen }
+    } else {
+        chosen
+    }
+}
+
+/// From this size an all-reduce whose send and receive buffers are both
+/// symmetric/registered runs the two-shot push kernel by default at the
+/// rank counts of [`PUSH_DEFAULT_RANKS`]: on 2 x H200 1.02-1.60x NCCL from
+/// 1 MiB to 1 GiB against 0.88-1.21x for the one-shot; on 4 x H100
+/// (2026-11-27, bf16) in place 20.2 against 27.4 us at 1 MiB and 5.01
+/// against 5.67 ms at 1 GiB for `auto`'s two-shot, and out of place
+/// 0.89-1.02x NCCL against 0.56-0.93x at 4 ranks and 1.02-1.22x against
+/// 0.92-1.13x at 2 (faster at every size from 1 MiB, slower at 256 KiB,
+/// where LL packets serve it; docs/PERFORMANCE.md). Out of place the choice
+/// also depends on the recvbuff's class: ranks that pass different classes
+/// run different kernels, which the protocol check at the first sync
+/// reports as symmInvalidUsage (c_tests/coll/coll_mismatch.c), the same
+/// rule as for the sendbuff.
+const PUSH_DEFAULT_MIN_BYTES: u64 = 1 << 20;
+
+/// The rank counts where the push default was measured; 3 and 5-8 ranks
+/// keep the two-shot loops until a sweep there says otherwise.
+const PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
+
+/// Whether `auto` runs the two-shot push kernel for this all-reduce (the
+/// kernel still needs both buffers symmetric or registered, and a 16- or
+/// 32-bit float: the caller checks those).
+pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bool {
+    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && bytes >= PUSH_DEFAULT_MIN_BYTES
+}
+
+/// Whether `auto` runs the all-gather push kernel above the LL limit (the
+/// kernel still needs the recvbuff symmetric or registered: the caller
+/// checks). Measured on 4 x H100 (2026-11-27, fourth session, symmetric
+/// buffers): at 2 ranks 0.85x NCCL's best at 4 MiB and 1.13-1.30x from
+/// 16 MiB, against 0.78x and 1.05-1.16x pulling; at 4 ranks 0.80x, 0.90x
+/// and 0.99-1.00x from 64 MiB, against 0.70x, 0.79x and 0.87-0.88x; the
+/// same within 2 % graph-replayed (docs/PERFORMANCE.md). Every rank stores
+/// its block into every output once instead of staging or pulling n - 1
+/// blocks, with the same two syncs. The same rank counts as the
+/// all-reduce's push, for the same reason.
+pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool {
+    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks)
+}
+
+/// Largest message (per rank's contribution) sent as LL packets by default
+/// with two ranks, and at [`LL_FULL_RANKS`] ranks for [`LL_FULL_COLLS`]. On 2 x H200 (docs/PERFORMANCE.md)
+/// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
+/// graph-replayed); on 4 x H200, eager back to back, 10.1 against 16.9 us
+/// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
+const LL_AUTO_BYTES: u64 = 512 << 10;
+
+/// The LL limit at two ranks for the collectives of [`LL_FULL_COLLS`]
+/// (the slots hold that much there by default: config::ll_max_bytes). On
+/// 2 x H200 (2026-11-27, sixth session, symmetric buffers, eager / graph
+/// replayed): all-reduce of 1 MiB 11.70 / 10.34 us as LL against 13.94 /
+/// 12.36 for the synced kernels (NCCL 14.25 / 13.53); reduce-scatter,
+/// all-gather and all-to-all of 2 MiB (1 MiB a rank) 12.18, 11.23 and
+/// 11.13 us eager against 15.15, 12.95 and 12.42.
+const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
+
+/// The rank count (besides two) at which the LL limit is [`LL_AUTO_BYTES`]
+/// for the collectives of [`LL_FULL_COLLS`], because it was measured there.
+/// Elsewhere (3 ranks, 5 and more, and the other collectives; not measured
+/// with the larger limit) each rank sends n - 1 copies, so the limit
+/// shrinks by n - 1, as before.
+///
+/// Reduce-scatter, all-gather and all-to-all joined all-reduce on 4 x H100
+/// (2026-11-27, fourth session; docs/PERFORMANCE.md): predicted for
+/// reduce-scatter and all-gather at 1 MiB, 10-11 us with LL against the
+/// synced kernels' 19-21; measured eager 10.48 and 10.33 us against 21.5
+/// and 19.3 (NCCL's best 10.85 and 10.94: 1.04x and 1.06x, from 0.50x and
+/// 0.57x), graph-replayed 1.00x and 0.96x (from 0.45x and 0.48x); the LL
+/// all-to-all at 1 MiB (256 KiB a peer) 10.31 us against 18.8, 1.37x
+/// NCCL eager and 1.50x graph-replayed.
+const LL_FULL_RANKS: usize = 4;
+
+/// The collectives whose LL limit is [`LL_AUTO_BYTES`] at [`LL_FULL_RANKS`].
+const LL_FULL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
+
+/// The LL limit of `auto` (per rank's contribution, bytes).
+pub(super) fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
+    if nranks == 2 && LL_FULL_COLLS.contains(&coll) {
+        LL_AUTO_BYTES_TWO_RANKS
+    } else if nranks <= 2 || (nranks == LL_FULL_RANKS && LL_FULL_COLLS.contains(&coll)) {
+        LL_AUTO_BYTES
+    } else {
+        LL_AUTO_BYTES / (nranks as u64 - 1)
+    }
+}
+
+/// The rank count at which `auto` takes the two-shot LL forms above the
+/// one-shot LL limit, where they fit (up to 1 MiB at 4 ranks). On 4 x H200
+/// (2026-11-27, sixth session, bf16, eager / graph-replayed), 1 MiB:
+/// all-reduce on staged buffers 17.37 / 16.11 us against `auto`'s 23.52 /
+/// 21.64 (best NCCL / it 1.04 / 1.08 from 0.76 / 0.80), on symmetric
+/// buffers 17.19 / 16.66 against the push kernel's 17.63 / 16.02 (1.05 /
+/// 1.04 against 1.02 / 1.09); the fused norm 26.12 us against 27.66 at
+/// hidden 4096 and 23.33 against 28.04 at 8192 (graph). The choice cannot
+/// depend on the buffers' class (ranks may differ), so one rule serves
+/// both. Other rank counts keep their forms until measured.
+pub(super) const LL_TWO_SHOT_DEFAULT_RANKS: usize = 4;
+
+/// Threads per block of LL kernels while the grid is not full: small
+/// messages are spread over more SMs, each thread handling one packet.
+pub(super) const LL_SMALL_BLOCK: u32 = 128;
+
+/// Above this size (bytes) all-reduce over more than two ranks uses
+/// two-shot: it moves 2(n-1)/n of the data per rank instead of (n-1).
+/// With two ranks both move the same and one-shot syncs less.
+pub(super) const TWO_SHOT_MIN_BYTES: u64 = 256 << 10;
+
+/// Bytes each block moves per round before it is worth another block: small,
+/// because a block's bytes in flight, not the SM count, bound the rate at
+/// which it pulls from a peer.
+pub(super) const BYTES_PER_BLOCK: u64 = 16 << 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ll_limits_by_collective_and_ranks() {
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 2), 1 << 20, "measured on 2 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 2), 1 << 20, "measured on 2 GPUs");
+        assert_eq!(ll_auto_limit(CollId::Broadcast, 2), 512 << 10, "not measured at 1 MiB");
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);
+        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::AllToAll, 4), 512 << 10, "measured on 4 GPUs");
+        assert_eq!(ll_auto_limit(CollId::Broadcast, 4), (512 << 10) / 3, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllToAll, 3), 256 << 10, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
+    }
+
+    #[test]
+    fn allgather_pushes_by_default_at_measured_rank_counts_only() {
+        assert!(allgather_push_by_default(true, 2) && allgather_push_by_default(true, 4));
+        assert!(!allgather_push_by_default(true, 3), "not measured at 3 ranks");
+        assert!(!allgather_push_by_default(true, 8));
+        assert!(!allgather_push_by_default(false, 2), "an explicit SYMM_ALGO keeps the pull");
+    }
+
+    #[test]
+    fn push_default_from_1_mib_at_measured_rank_counts() {
+        assert!(push_by_default(true, 2, 1 << 20));
+        assert!(push_by_default(true, 4, 1 << 30), "measured on 4 GPUs");
+        assert!(!push_by_default(true, 4, (1 << 20) - 2), "below 1 MiB: LL or two-shot");
+        assert!(!push_by_default(true, 3, 1 << 20), "not measured at 3 ranks");
+        assert!(!push_by_default(true, 8, 1 << 20), "not measured at 8 ranks");
+        assert!(!push_by_default(false, 4, 1 << 20), "SYMM_ALGO chose");
+    }
+
+    #[test]
+    fn measured_defaults_apply_to_auto_only() {
+        assert_eq!(default_algo(Algo::AUTO, 2), Algo { classic: true, ..Algo::AUTO });
+        let capped = Algo::parse("grid=32").unwrap();
+        assert!(capped.is_auto(), "grid=N alone keeps auto's choices");
+        assert_eq!(default_algo(capped, 2), Algo { classic: true, grid_log2: capped.grid_log2, ..Algo::AUTO });
+        assert!(!Algo::parse("grid=32+push").unwrap().is_auto());
+        let spread = Algo::parse("spread").unwrap();
+        assert!(spread.is_auto(), "spread alone keeps auto's choices");
+        assert_eq!(default_algo(spread, 2), Algo { classic: true, spread: true, ..Algo::AUTO });
+        assert_eq!(default_algo(spread, 4), spread);
+        assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
+        assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
+        let chosen = Algo::parse("twoshot+pipe").unwrap();
+        assert_eq!(default_algo(chosen, 2), chosen);
+    }
+}
