@@ -90,8 +90,10 @@ static int coll_by_name(const char *s, size_t len) {
 
 /* IMPL_NCCL_WINDOW: NCCL on its window-registered buffers (--nccl-window). */
 enum impl { IMPL_SYMM, IMPL_NCCL, IMPL_NCCL_WINDOW };
-enum bufclass { BUF_STAGED, BUF_REGISTERED, BUF_SYMMETRIC };
-static const char *const bufclass_names[] = {"staged", "registered", "symmetric"};
+/* BUF_SYMMETRIC_RECV: a plain sendbuff and a symmetric recvbuff (kernels
+ * that take any input but store into the peers' outputs: twoshot+write). */
+enum bufclass { BUF_STAGED, BUF_REGISTERED, BUF_SYMMETRIC, BUF_SYMMETRIC_RECV };
+static const char *const bufclass_names[] = {"staged", "registered", "symmetric", "symmetric-recv"};
 
 /* ---- options ------------------------------------------------------------------ */
 
@@ -184,7 +186,8 @@ static void usage(FILE *f) {
           "                         default); initall: one process drives all GPUs (symmCommInitAll,\n"
           "                         one stream per GPU)\n"
           "  -B, --buffers CLASS    staged: plain cuMemAlloc buffers (default); registered: cuMemAlloc +\n"
-          "                         symmCommRegister; symmetric: symmMemAlloc\n"
+          "                         symmCommRegister; symmetric: symmMemAlloc; symmetric-recv: a plain\n"
+          "                         sendbuff and a symmMemAlloc recvbuff\n"
           "  -g, --ngpus N          GPUs (ranks) to use, at least 2 (default: SYMM_TEST_NRANKS, else all\n"
           "                         visible, at most 8); more than visible only with SYMM_TEST_SHARED_DEVICES=1\n"
           "                         (ranks share GPUs: results checked, timings meaningless)\n"
@@ -396,9 +399,10 @@ static void parse_args(int argc, char **argv) {
         break;
       case 'B': {
         int found = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
           if (strcasecmp(optarg, bufclass_names[i]) == 0) found = i;
-        if (found < 0) usage_error("-B: unknown buffer class '%s' (staged, registered or symmetric)", optarg);
+        if (found < 0)
+          usage_error("-B: unknown buffer class '%s' (staged, registered, symmetric or symmetric-recv)", optarg);
         O.buffers = (enum bufclass)found;
         break;
       }
@@ -713,6 +717,14 @@ static void alloc_buffers(void) {
       W.r[i].sbuf = (CUdeviceptr)(uintptr_t)s[i];
       W.r[i].rbuf = (CUdeviceptr)(uintptr_t)rv[i];
     }
+  } else if (O.buffers == BUF_SYMMETRIC_RECV) {
+    collective_ok(tw_alloc(W.tw, sz, rv), "symmMemAlloc");
+    for (int i = 0; i < W.nlocal; i++) {
+      struct rank_state *r = &W.r[i];
+      use_ctx(r);
+      CU(r, tu_cu.cuMemAlloc(&r->sbuf, bytes));
+      r->rbuf = (CUdeviceptr)(uintptr_t)rv[i];
+    }
   } else {
     for (int i = 0; i < W.nlocal; i++) {
       struct rank_state *r = &W.r[i];
@@ -735,7 +747,7 @@ static void alloc_buffers(void) {
   for (int i = 0; i < W.nlocal; i++) {
     struct rank_state *r = &W.r[i];
     if (!O.vs_nccl) continue;
-    if (O.buffers == BUF_SYMMETRIC) {
+    if (O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV) {
       use_ctx(r);
       CU(r, tu_cu.cuMemAlloc(&r->nsbuf, bytes));
       CU(r, tu_cu.cuMemAlloc(&r->nrbuf, bytes));
@@ -758,6 +770,14 @@ static void teardown(void) {
     }
     collective_ok(tw_free(W.tw, s), "symmMemFree");
     collective_ok(tw_free(W.tw, rv), "symmMemFree");
+  } else if (O.buffers == BUF_SYMMETRIC_RECV) {
+    void *rv[MAX_RANKS];
+    for (int i = 0; i < W.nlocal; i++) rv[i] = (void *)(uintptr_t)W.r[i].rbuf;
+    collective_ok(tw_free(W.tw, rv), "symmMemFree");
+    for (int i = 0; i < W.nlocal; i++) {
+      use_ctx(&W.r[i]);
+      CU(&W.r[i], tu_cu.cuMemFree(W.r[i].sbuf));
+    }
   } else {
     for (int i = 0; i < W.nlocal; i++) {
       struct rank_state *r = &W.r[i];
@@ -777,7 +797,7 @@ static void teardown(void) {
       NCCL(r, bn.CommDestroy(r->ncomm));
       r->ncomm = NULL;
     }
-    if (O.vs_nccl && O.buffers == BUF_SYMMETRIC) {
+    if (O.vs_nccl && (O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV)) {
       use_ctx(r);
       CU(r, tu_cu.cuMemFree(r->nsbuf));
       CU(r, tu_cu.cuMemFree(r->nrbuf));
@@ -1549,10 +1569,12 @@ static void print_header(void) {
                                    : "procs (one process per GPU: symmGetUniqueId, fork, symmCommInitRank)");
   printf("# buffers: %s\n", O.buffers == BUF_STAGED       ? "staged (plain cuMemAlloc buffers)"
                             : O.buffers == BUF_REGISTERED ? "registered (cuMemAlloc + symmCommRegister)"
-                                                          : "symmetric (symmMemAlloc)");
+                            : O.buffers == BUF_SYMMETRIC  ? "symmetric (symmMemAlloc)"
+                                                          : "symmetric-recv (plain cuMemAlloc sendbuff, symmMemAlloc recvbuff)");
   if (O.vs_nccl)
     printf("# NCCL: %s on %s, same streams; NCCL_NVLS_ENABLE=%s\n", O.nccl_inplace ? "in place" : "out of place",
-           O.buffers == BUF_SYMMETRIC ? "its own cuMemAlloc buffers" : "the same cuMemAlloc buffers",
+           O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV ? "its own cuMemAlloc buffers"
+                                                                         : "the same cuMemAlloc buffers",
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)");
   if (O.nccl_window)
     printf("# NCCL (window): %s on ncclMemAlloc buffers registered with "
