@@ -58,8 +58,7 @@ fn setup(call: &Call, a: &mut CollArgs, unit: u64) -> Result<()> {
 /// token over both buffers would report as ranks disagreeing.
 fn push_output(call: &Call, a: &mut CollArgs) -> bool {
     let Some((rid, roff)) = call.peer_outputs(a) else { return false };
-    let h = super::fnv(&[rid, roff, 0x4147_5055]);
-    a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+    a.token = super::layout_token(&[rid, roff, 0x4147_5055]);
     true
 }
 

@@ -10,7 +10,7 @@
 //! push kernel's remote loads leave it at 0.90-0.98x; nothing gained below
 //! 4 MiB. Not yet measured: opt-in until a sweep says otherwise.
 
-use super::{even_rounds, fnv, reduce_kernel, Call, InputPath, FAMILY_ALLREDUCE_WRITE};
+use super::{even_rounds, layout_token, reduce_kernel, Call, InputPath, FAMILY_ALLREDUCE_WRITE};
 use crate::cuda::abi::MODE_WRITE;
 use crate::error::Result;
 
@@ -23,19 +23,18 @@ const TOKEN_SALT: u64 = 0x5752_4954;
 /// round; `None`, with nothing launched, otherwise (the caller goes on to
 /// its next choice, as every rank does with the same buffers).
 pub(super) fn launch(call: &Call, bytes: u64) -> Option<Result<()>> {
-    let mut outputs = call.args();
-    let (rid, roff) = call.peer_outputs(&mut outputs)?;
+    let mut a = call.args();
+    let (rid, roff) = call.peer_outputs(&mut a)?;
     let chunk = round_elems(call.count, call.scratch_elems(1), call.comm.nranks as u64, call.vec_elems());
     if chunk == 0 {
         return None;
     }
-    let mut a = call.args();
     // The kernel reads only its own input (a.send) and stores into every
-    // rank's output: it takes the outputs where the others take inputs,
-    // and keeps a.scratch for the scratch.
-    a.src = outputs.scratch;
-    let h = fnv(&[rid, roff, TOKEN_SALT]);
-    a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+    // rank's output: it takes the outputs (which peer_outputs put where the
+    // push kernels store) in place of the inputs, and the scratch back.
+    a.src = a.scratch;
+    a.scratch = call.comm.coll.scratch;
+    a.token = layout_token(&[rid, roff, TOKEN_SALT]);
     a.mode |= MODE_WRITE;
     a.chunk = chunk;
     call.note(InputPath::Staged);

@@ -135,8 +135,7 @@ pub(crate) fn check_dev_a2a(comm: &Comm, stream: CUstream, b: &DevA2ABuffers) ->
     // Ranks must agree on the row, the kernels' unit (a byte offset is
     // counts x row): it joins the token peers compare at the first sync,
     // so a disagreement stops the call instead of moving the wrong bytes.
-    let h = super::fnv(&[a.token as u64, es as u64]);
-    a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+    a.token = super::layout_token(&[a.token as u64, es as u64]);
     Ok(Some(DevA2AChecked { coll: a, send_capacity }))
 }
 

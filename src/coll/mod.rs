@@ -115,8 +115,7 @@ impl Call<'_> {
     pub fn direct_output(&self, a: &mut CollArgs) -> bool {
         let Some(s) = &self.send_buf else { return false };
         let Some((rid, roff)) = self.peer_outputs(a) else { return false };
-        let h = fnv(&[s.id, self.send - s.start, rid, roff, 0x5055_5348]);
-        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+        a.token = layout_token(&[s.id, self.send - s.start, rid, roff, 0x5055_5348]);
         true
     }
 
@@ -144,8 +143,7 @@ impl Call<'_> {
             a.src[r] = e.peers[r] + off;
         }
         // Nonzero; equal on two ranks only for the same buffer at the same offset.
-        let h = fnv(&[e.id, off]);
-        a.token = (h as u32 ^ (h >> 32) as u32) | 1;
+        a.token = layout_token(&[e.id, off]);
         a.mode |= abi::MODE_END_SYNC;
         true
     }
@@ -334,8 +332,12 @@ pub(crate) fn even_rounds(count: u64, max_chunk: u64, step: u64) -> u64 {
     (count.div_ceil(rounds).div_ceil(step) * step).min(max_chunk)
 }
 
-fn fnv(words: &[u64]) -> u64 {
-    crate::fnv::fnv1a64_words(words.iter().copied())
+/// The token a kernel's peers compare at its first sync: the words (the
+/// buffers' ids and offsets, a kernel's salt) hashed and folded to 32 bits,
+/// never 0 (0 means staged: no user buffer read by peers).
+fn layout_token(words: &[u64]) -> u32 {
+    let h = crate::fnv::fnv1a64_words(words.iter().copied());
+    (h as u32 ^ (h >> 32) as u32) | 1
 }
 
 /// How many `count`-element blocks a buffer holds, relative to the
