@@ -229,15 +229,10 @@ impl Call<'_> {
     }
 
     /// Mark an LL kernel's arguments for a programmatic dependent launch
-    /// (MODE_PDL) and say whether it goes out as one: not `nopdl`, on a GPU
-    /// that has it (compute capability 9.0; the sm_80 code has no
-    /// griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there a
-    /// rank's next kernel, resident early at its wait, could hold the SMs
-    /// that another rank of the same GPU needs for the kernel this one
-    /// waits on (one GPU a rank, as in use, has no such cycle).
+    /// (MODE_PDL) and say whether it goes out as one: not `nopdl`, where
+    /// the communicator allows it (CollState::programmatic_launch).
     pub fn mark_dependent(&self, a: &mut CollArgs) -> bool {
-        let dependent =
-            self.algo.pdl && self.comm.device.compute_capability.0 >= 9 && !crate::config::get().test_shared_devices;
+        let dependent = self.algo.pdl && self.comm.coll.programmatic_launch;
         if dependent {
             a.mode |= abi::MODE_PDL;
         }

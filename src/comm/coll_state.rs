@@ -33,6 +33,13 @@ pub struct CollState {
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
+    /// The LL kernels may go out as programmatic dependents (`pdl`): on a
+    /// GPU that has it (compute capability 9.0; the sm_80 code has no
+    /// griddepcontrol), and not with SYMM_TEST_SHARED_DEVICES: there a
+    /// rank's next kernel, resident early at its wait, could hold the SMs
+    /// that another rank of the same GPU needs for the kernel this one
+    /// waits on (one GPU a rank, as in use, has no such cycle).
+    pub programmatic_launch: bool,
     pub algo: AlgoCell,
     /// SYMM_TIMELINE=1: the kernels' per-block phase events
     /// (COLL_MAX_BLOCKS x (1 + TL_EVENTS) `TlEvent`s).
@@ -143,6 +150,7 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
         ll_slot: ll_slot as u64,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
+        programmatic_launch: p.device.compute_capability.0 >= 9 && !cfg.test_shared_devices,
         algo: AlgoCell::new(algo),
         timeline,
         copy_engine: p.settings.copy_engine.into(),
