@@ -117,16 +117,16 @@ static int has_token(const char *algo, const char *want) {
 }
 
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
- * Algo::is_auto: only "auto" and the tunings "spread", "nospread",
- * "prefetch", "pdl", "nopdl", "lightsync", "fullsync" and "grid=N". */
+ * Algo::is_auto: only "auto", "grid=N" and the tunings below. */
 static int auto_choice(const char *algo) {
+  static const char *const keep_auto[] = {"auto", "spread", "nospread", "prefetch", "pdl", "nopdl", "lightsync", "fullsync"};
   const char *tok;
   size_t len;
-  while (next_token(&algo, &tok, &len))
-    if (len && !token_is(tok, len, "auto") && !token_is(tok, len, "spread") && !token_is(tok, len, "nospread") &&
-        !token_is(tok, len, "prefetch") && !token_is(tok, len, "pdl") && !token_is(tok, len, "nopdl") &&
-        !token_is(tok, len, "lightsync") && !token_is(tok, len, "fullsync") && strncmp(tok, "grid=", 5))
-      return 0;
+  while (next_token(&algo, &tok, &len)) {
+    int kept = len == 0 || strncmp(tok, "grid=", 5) == 0;
+    for (size_t k = 0; !kept && k < sizeof keep_auto / sizeof keep_auto[0]; k++) kept = token_is(tok, len, keep_auto[k]);
+    if (!kept) return 0;
+  }
   return 1;
 }
 
