@@ -399,7 +399,7 @@ static void parse_args(int argc, char **argv) {
         break;
       case 'B': {
         int found = -1;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < (int)(sizeof bufclass_names / sizeof bufclass_names[0]); i++)
           if (strcasecmp(optarg, bufclass_names[i]) == 0) found = i;
         if (found < 0)
           usage_error("-B: unknown buffer class '%s' (staged, registered, symmetric or symmetric-recv)", optarg);
@@ -703,6 +703,42 @@ static void deregister_nccl_windows(void) {
   if (grouped) NCCL(NULL, bn.GroupEnd());
 }
 
+/* Whether the sendbuff (recv 0) or recvbuff (recv 1) of the chosen class
+ * comes from the symmetric heap. */
+static int in_symmetric_heap(int recv) {
+  return O.buffers == BUF_SYMMETRIC || (recv && O.buffers == BUF_SYMMETRIC_RECV);
+}
+
+/* Every local rank's sendbuff or recvbuff (recv 0 or 1) of `bytes`: from
+ * the symmetric heap (collectively) or cuMemAlloc; `ptrs` gets them. */
+static void alloc_side(int recv, const size_t *sz, size_t bytes, void **ptrs) {
+  if (in_symmetric_heap(recv)) collective_ok(tw_alloc(W.tw, sz, ptrs), "symmMemAlloc");
+  for (int i = 0; i < W.nlocal; i++) {
+    struct rank_state *r = &W.r[i];
+    CUdeviceptr *p = recv ? &r->rbuf : &r->sbuf;
+    if (in_symmetric_heap(recv)) {
+      *p = (CUdeviceptr)(uintptr_t)ptrs[i];
+      continue;
+    }
+    use_ctx(r);
+    CU(r, tu_cu.cuMemAlloc(p, bytes));
+    ptrs[i] = (void *)(uintptr_t)*p;
+  }
+}
+
+static void free_side(int recv) {
+  void *ptrs[MAX_RANKS];
+  for (int i = 0; i < W.nlocal; i++) ptrs[i] = (void *)(uintptr_t)(recv ? W.r[i].rbuf : W.r[i].sbuf);
+  if (in_symmetric_heap(recv)) {
+    collective_ok(tw_free(W.tw, ptrs), "symmMemFree");
+    return;
+  }
+  for (int i = 0; i < W.nlocal; i++) {
+    use_ctx(&W.r[i]);
+    CU(&W.r[i], tu_cu.cuMemFree((CUdeviceptr)(uintptr_t)ptrs[i]));
+  }
+}
+
 static void alloc_buffers(void) {
   tw_phase("allocating %s buffers", bufclass_names[O.buffers]);
   size_t bytes = (O.maxb + 4095) / 4096 * 4096;
@@ -710,44 +746,21 @@ static void alloc_buffers(void) {
   size_t sz[MAX_RANKS];
   void *s[MAX_RANKS], *rv[MAX_RANKS];
   for (int i = 0; i < W.nlocal; i++) sz[i] = bytes;
-  if (O.buffers == BUF_SYMMETRIC) {
-    collective_ok(tw_alloc(W.tw, sz, s), "symmMemAlloc");
-    collective_ok(tw_alloc(W.tw, sz, rv), "symmMemAlloc");
+  alloc_side(0, sz, bytes, s);
+  alloc_side(1, sz, bytes, rv);
+  if (O.buffers == BUF_REGISTERED) {
+    void *hs[MAX_RANKS], *hr[MAX_RANKS];
+    collective_ok(tw_register(W.tw, s, sz, hs), "symmCommRegister");
+    collective_ok(tw_register(W.tw, rv, sz, hr), "symmCommRegister");
     for (int i = 0; i < W.nlocal; i++) {
-      W.r[i].sbuf = (CUdeviceptr)(uintptr_t)s[i];
-      W.r[i].rbuf = (CUdeviceptr)(uintptr_t)rv[i];
-    }
-  } else if (O.buffers == BUF_SYMMETRIC_RECV) {
-    collective_ok(tw_alloc(W.tw, sz, rv), "symmMemAlloc");
-    for (int i = 0; i < W.nlocal; i++) {
-      struct rank_state *r = &W.r[i];
-      use_ctx(r);
-      CU(r, tu_cu.cuMemAlloc(&r->sbuf, bytes));
-      r->rbuf = (CUdeviceptr)(uintptr_t)rv[i];
-    }
-  } else {
-    for (int i = 0; i < W.nlocal; i++) {
-      struct rank_state *r = &W.r[i];
-      use_ctx(r);
-      CU(r, tu_cu.cuMemAlloc(&r->sbuf, bytes));
-      CU(r, tu_cu.cuMemAlloc(&r->rbuf, bytes));
-      s[i] = (void *)(uintptr_t)r->sbuf;
-      rv[i] = (void *)(uintptr_t)r->rbuf;
-    }
-    if (O.buffers == BUF_REGISTERED) {
-      void *hs[MAX_RANKS], *hr[MAX_RANKS];
-      collective_ok(tw_register(W.tw, s, sz, hs), "symmCommRegister");
-      collective_ok(tw_register(W.tw, rv, sz, hr), "symmCommRegister");
-      for (int i = 0; i < W.nlocal; i++) {
-        W.r[i].sreg = hs[i];
-        W.r[i].rreg = hr[i];
-      }
+      W.r[i].sreg = hs[i];
+      W.r[i].rreg = hr[i];
     }
   }
   for (int i = 0; i < W.nlocal; i++) {
     struct rank_state *r = &W.r[i];
     if (!O.vs_nccl) continue;
-    if (O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV) {
+    if (in_symmetric_heap(1)) { /* NCCL on its own plain buffers */
       use_ctx(r);
       CU(r, tu_cu.cuMemAlloc(&r->nsbuf, bytes));
       CU(r, tu_cu.cuMemAlloc(&r->nrbuf, bytes));
@@ -762,34 +775,13 @@ static void alloc_buffers(void) {
 static void teardown(void) {
   tw_phase("teardown");
   wait_all("teardown");
-  if (O.buffers == BUF_SYMMETRIC) {
-    void *s[MAX_RANKS], *rv[MAX_RANKS];
+  if (O.buffers == BUF_REGISTERED)
     for (int i = 0; i < W.nlocal; i++) {
-      s[i] = (void *)(uintptr_t)W.r[i].sbuf;
-      rv[i] = (void *)(uintptr_t)W.r[i].rbuf;
+      SYMM(&W.r[i], symmCommDeregister(W.r[i].t->comm, W.r[i].sreg));
+      SYMM(&W.r[i], symmCommDeregister(W.r[i].t->comm, W.r[i].rreg));
     }
-    collective_ok(tw_free(W.tw, s), "symmMemFree");
-    collective_ok(tw_free(W.tw, rv), "symmMemFree");
-  } else if (O.buffers == BUF_SYMMETRIC_RECV) {
-    void *rv[MAX_RANKS];
-    for (int i = 0; i < W.nlocal; i++) rv[i] = (void *)(uintptr_t)W.r[i].rbuf;
-    collective_ok(tw_free(W.tw, rv), "symmMemFree");
-    for (int i = 0; i < W.nlocal; i++) {
-      use_ctx(&W.r[i]);
-      CU(&W.r[i], tu_cu.cuMemFree(W.r[i].sbuf));
-    }
-  } else {
-    for (int i = 0; i < W.nlocal; i++) {
-      struct rank_state *r = &W.r[i];
-      if (O.buffers == BUF_REGISTERED) {
-        SYMM(r, symmCommDeregister(r->t->comm, r->sreg));
-        SYMM(r, symmCommDeregister(r->t->comm, r->rreg));
-      }
-      use_ctx(r);
-      CU(r, tu_cu.cuMemFree(r->sbuf));
-      CU(r, tu_cu.cuMemFree(r->rbuf));
-    }
-  }
+  free_side(0);
+  free_side(1);
   if (O.nccl_window) deregister_nccl_windows();
   for (int i = 0; i < W.nlocal; i++) {
     struct rank_state *r = &W.r[i];
@@ -797,7 +789,7 @@ static void teardown(void) {
       NCCL(r, bn.CommDestroy(r->ncomm));
       r->ncomm = NULL;
     }
-    if (O.vs_nccl && (O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV)) {
+    if (O.vs_nccl && in_symmetric_heap(1)) {
       use_ctx(r);
       CU(r, tu_cu.cuMemFree(r->nsbuf));
       CU(r, tu_cu.cuMemFree(r->nrbuf));
@@ -1573,8 +1565,7 @@ static void print_header(void) {
                                                           : "symmetric-recv (plain cuMemAlloc sendbuff, symmMemAlloc recvbuff)");
   if (O.vs_nccl)
     printf("# NCCL: %s on %s, same streams; NCCL_NVLS_ENABLE=%s\n", O.nccl_inplace ? "in place" : "out of place",
-           O.buffers == BUF_SYMMETRIC || O.buffers == BUF_SYMMETRIC_RECV ? "its own cuMemAlloc buffers"
-                                                                         : "the same cuMemAlloc buffers",
+           in_symmetric_heap(1) ? "its own cuMemAlloc buffers" : "the same cuMemAlloc buffers",
            getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "(unset)");
   if (O.nccl_window)
     printf("# NCCL (window): %s on ncclMemAlloc buffers registered with "
