@@ -548,12 +548,42 @@ def test_torch_benchmarks_compile():
         compile(src, name, "exec")
 
 
-SHELL_SCRIPTS = ["device-measure", "device-run", "perf-sweep"]
+SHELL_SCRIPTS = ["device-measure", "device-run", "perf-sweep", "gpu-count", "device-nccl", "device-nccl-native"]
 
 
 @pytest.mark.parametrize("name", SHELL_SCRIPTS)
 def test_shell_scripts_parse(name):
     subprocess.run(["bash", "-n", str(REPO / "scripts" / name)], check=True)
+
+
+def test_gpu_count_respects_cuda_visible_devices(tmp_path):
+    """The device scripts size their runs by scripts/gpu-count: a run pinned
+    to GPU 0 of a 4-GPU machine must see one GPU (the ninth session's
+    device-nccl started 4 ranks there and 3 found no device)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3; do echo \"GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)\"; done\n")
+    smi.chmod(0o755)
+    script = str(REPO / "scripts" / "gpu-count")
+
+    def count(path, visible):
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["PATH"] = path
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        return subprocess.run([shutil.which("bash") or "/bin/bash", script], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    with_smi = f"{tmp_path}:/usr/bin:/bin"
+    assert count(with_smi, None) == "4"
+    assert count(with_smi, "0") == "1"
+    assert count(with_smi, "2,3") == "2"
+    assert count(with_smi, "0,1,2,3,4,5") == "4", "never more than nvidia-smi lists"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for tool in ("grep", "cat"):
+        real = shutil.which(tool)
+        if real:
+            (empty / tool).symlink_to(real)
+    assert count(str(empty), None) == "0", "no nvidia-smi: no GPU"
 
 
 def test_device_measure_is_shellcheck_clean():
