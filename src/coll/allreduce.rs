@@ -9,10 +9,11 @@
 //! entry and exit only), `pipe` otherwise (per-chunk flags through scratch
 //! slots instead of two whole-grid syncs per round), for 16- and 32-bit
 //! floats. `write` (allreduce_write.rs) stores only: any input, a
-//! symmetric/registered output.
+//! symmetric/registered output; `auto` takes it from 16 MiB at 4 ranks,
+//! 64 MiB at 3 and 256 MiB at 2 (defaults.rs).
 
 use super::{
-    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
+    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
     FAMILY_ALLREDUCE_LL_TWO_SHOT, FAMILY_ALLREDUCE_PIPE, FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
 use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
@@ -38,11 +39,14 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let in_place = call.send == call.recv;
     // The opt-in kernels exist for 16- and 32-bit floats (opt_in_dtype).
     let opt_in = opt_in_dtype(call.dtype);
-    // The measured default at 2 and 4 ranks (mod.rs), wherever both
+    // The measured default at 2-4 ranks (defaults.rs), wherever both
     // buffers are symmetric/registered (call.direct below).
     let default_push = push_by_default(call.defaulted, n, bytes);
-    if two_shot && algo.write && opt_in {
-        // Any input; the output symmetric/registered, else the choices below.
+    // The measured default at 2-4 ranks from 16-256 MiB (defaults.rs), a
+    // two-shot kernel even where `auto` runs one-shot loops (2 ranks): any
+    // input, the output symmetric/registered, else the choices below.
+    let default_write = write_by_default(call.defaulted, n, bytes);
+    if (two_shot && algo.write || default_write) && opt_in {
         if let Some(launched) = super::allreduce_write::launch(call, bytes) {
             return launched;
         }

@@ -5,10 +5,13 @@
 //! reduces its slice locally and stores it into every rank's output. So the
 //! output must be symmetric or registered (peers store into it); the input
 //! may be any buffer (only its own rank reads it), in place included.
-//! Predicted (docs/PERFORMANCE.md, seventh session's hypotheses): at 4
+//! Predicted (docs/PERFORMANCE.md, eighth session's hypotheses): at 4
 //! ranks 1.00-1.05x the faster NCCL column from 32 MiB to 1 GiB, where the
 //! push kernel's remote loads leave it at 0.90-0.98x; nothing gained below
-//! 4 MiB. Not yet measured: opt-in until a sweep says otherwise.
+//! 4 MiB. Measured (ninth session, 4 x H100): 1.05x at 64 MiB, 0.99x at
+//! 1 GiB, 2-9 % ahead of the push kernel from 16 MiB, behind it below; so
+//! `auto` takes it at 4 ranks from 16 MiB, at 3 from 64 MiB and at 2 from
+//! 256 MiB (defaults.rs `write_by_default`).
 
 use super::{even_rounds, layout_token, reduce_kernel, Call, InputPath, FAMILY_ALLREDUCE_WRITE};
 use crate::cuda::abi::MODE_WRITE;

@@ -40,15 +40,49 @@ pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
 /// rule as for the sendbuff.
 const PUSH_DEFAULT_MIN_BYTES: u64 = 1 << 20;
 
-/// The rank counts where the push default was measured; 3 and 5-8 ranks
-/// keep the two-shot loops until a sweep there says otherwise.
-const PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
+/// The rank counts where the push default was measured; 5-8 ranks keep
+/// the two-shot loops until a sweep there says otherwise. At 3 ranks on
+/// 4 x H100 (2026-11-27, ninth session, bf16, symmetric buffers, graph
+/// replayed), the two-shot loops `auto` ran before against the push
+/// kernel: 1 MiB 22.6 against 14.1 us, 4 MiB 36.6 against 28.6, 16 MiB
+/// 97.7 against 85.4 (NCCL's best / it 0.71, 0.94, 0.94x before, 1.09,
+/// 1.20, 1.08x after); from 64 MiB the write kernel takes over
+/// ([`WRITE_DEFAULT_FROM`]).
+const PUSH_DEFAULT_RANKS: [usize; 3] = [2, 3, 4];
+
+/// The rank counts where the all-gather push default was measured (at 3
+/// ranks it was not).
+const ALLGATHER_PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
 
 /// Whether `auto` runs the two-shot push kernel for this all-reduce (the
 /// kernel still needs both buffers symmetric or registered, and a 16- or
 /// 32-bit float: the caller checks those).
 pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bool {
     defaulted && PUSH_DEFAULT_RANKS.contains(&nranks) && bytes >= PUSH_DEFAULT_MIN_BYTES
+}
+
+/// From these sizes an all-reduce whose receive buffer is symmetric or
+/// registered runs the write-only two-shot kernel (allreduce_write.rs) by
+/// default, whatever the send buffer: (ranks, bytes). On 4 x H100
+/// (2026-11-27, ninth session, bf16, symmetric buffers, graph replayed /
+/// eager) at 4 ranks: 16 MiB 90.4 / 93.3 us against the push kernel's
+/// 93.1 / 95.0, 64 MiB 308.1 / 310.2 against 335.6 / 338.4, 1 GiB 4.57 /
+/// 4.57 ms against 4.99 / 4.99 (the faster NCCL column 1.09, 1.05, 0.99x
+/// against 1.07, 0.96, 0.91x); a plain send buffer into a symmetric
+/// receive buffer 1.15-1.22x `auto`'s staged two-shot from 16 MiB; below
+/// 16 MiB it loses (1 MiB 19.9 against 15.1-16.3 us, 4 MiB 34.6 against
+/// 31.8). Graph-replayed at 3 ranks: 64 MiB 287.9 against the push
+/// kernel's 312.7 us (16 MiB 88.0 against 85.4), 256 MiB 1.087 against
+/// 1.201 ms (1.03x and 1.00x NCCL's best); at 2 ranks even at 64 MiB
+/// (207.5 against 208.3 us), 256 MiB 759.7 against 796.0 (1.17x NCCL
+/// against 1.11x). Other rank counts: not measured, no default.
+const WRITE_DEFAULT_FROM: [(usize, u64); 3] = [(2, 256 << 20), (3, 64 << 20), (4, 16 << 20)];
+
+/// Whether `auto` runs the write-only two-shot kernel for this all-reduce
+/// (the kernel still needs the output symmetric or registered and a 16- or
+/// 32-bit float: the caller checks those; otherwise the push default).
+pub(crate) fn write_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bool {
+    defaulted && WRITE_DEFAULT_FROM.iter().any(|&(n, from)| n == nranks && bytes >= from)
 }
 
 /// Whether `auto` runs the all-gather push kernel above the LL limit (the
@@ -59,10 +93,9 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
 /// and 0.99-1.00x from 64 MiB, against 0.70x, 0.79x and 0.87-0.88x; the
 /// same within 2 % graph-replayed (docs/PERFORMANCE.md). Every rank stores
 /// its block into every output once instead of staging or pulling n - 1
-/// blocks, with the same two syncs. The same rank counts as the
-/// all-reduce's push, for the same reason.
+/// blocks, with the same two syncs.
 pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool {
-    defaulted && PUSH_DEFAULT_RANKS.contains(&nranks)
+    defaulted && ALLGATHER_PUSH_DEFAULT_RANKS.contains(&nranks)
 }
 
 /// Largest message (per rank's contribution) sent as LL packets by default
@@ -171,9 +204,19 @@ mod tests {
         assert!(push_by_default(true, 2, 1 << 20));
         assert!(push_by_default(true, 4, 1 << 30), "measured on 4 GPUs");
         assert!(!push_by_default(true, 4, (1 << 20) - 2), "below 1 MiB: LL or two-shot");
-        assert!(!push_by_default(true, 3, 1 << 20), "not measured at 3 ranks");
+        assert!(push_by_default(true, 3, 1 << 20), "measured on 3 GPUs");
         assert!(!push_by_default(true, 8, 1 << 20), "not measured at 8 ranks");
         assert!(!push_by_default(false, 4, 1 << 20), "SYMM_ALGO chose");
+    }
+
+    #[test]
+    fn write_default_from_the_sizes_measured_at_2_to_4_ranks() {
+        assert!(write_by_default(true, 4, 16 << 20) && write_by_default(true, 4, 1 << 30));
+        assert!(!write_by_default(true, 4, (16 << 20) - 2), "below 16 MiB the push kernel is faster at 4 ranks");
+        assert!(write_by_default(true, 3, 64 << 20) && !write_by_default(true, 3, 16 << 20), "3 ranks: from 64 MiB");
+        assert!(write_by_default(true, 2, 256 << 20) && !write_by_default(true, 2, 64 << 20), "2 ranks: from 256 MiB");
+        assert!(!write_by_default(true, 8, 1 << 30), "not measured at 8 ranks");
+        assert!(!write_by_default(false, 4, 1 << 30), "SYMM_ALGO chose");
     }
 
     #[test]
