@@ -13,7 +13,13 @@
  *                  with SYMM_ALGO=...pipe);
  *   send           64 MiB to rank 1 (more than the 4 MiB of slots, so the
  *                  sender must wait for the receiver);
- *   recv           64 MiB from rank 1.
+ *   recv           64 MiB from rank 1;
+ *   alltoallv_device
+ *                  symmAllToAllvDevice, 4096 one-byte rows for every rank
+ *                  from the symmetric send buffer, the counts in device
+ *                  memory (the kernel's entry sync waits for the peers);
+ *   alltoallv_2d   symmAllToAllvDevice2d, 2 local experts, 2048 rows for
+ *                  each (rank, expert), aligned to 16.
  *
  * Only rank 0 calls; the other ranks allocate what is collective and then
  * wait. Rank 0 polls symmCommGetAsyncError: it must become symmTimeout no
@@ -30,8 +36,19 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, NCASES };
-static const char *const case_name[NCASES] = {"allreduce", "reducescatter", "send", "recv"};
+enum { K_AR, K_RS, K_SEND, K_RECV, K_A2AV_DEV, K_A2AV_2D, NCASES };
+static const char *const case_name[NCASES] = {"allreduce",        "reducescatter", "send", "recv",
+                                              "alltoallv_device", "alltoallv_2d"};
+
+/* The device-count all-to-all-vs' counts: `splits` rows for each of
+ * `entries` blocks, written to device memory at `at`; `out` (2 x entries
+ * int64) follows them. */
+static void device_counts(int entries, int64_t rows, CUdeviceptr at) {
+  int64_t host[2 * TW_MAX_RANKS * 2];
+  REQUIRE(entries <= TW_MAX_RANKS * 2, "too many count entries");
+  for (int i = 0; i < entries; i++) host[i] = rows;
+  CU_REQUIRE(tu_cu.cuMemcpyHtoD(at, host, (size_t)entries * sizeof(int64_t)));
+}
 
 static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, void *sym_r) {
   tw_phase("rank 0: %s that nobody joins", case_name[k]);
@@ -43,6 +60,9 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
   symmResult_t async = symmInternalError;
   TW_SYMM(r, symmCommGetAsyncError(r->comm, &async));
   TW_CHECK(r, async == symmSuccess, "%s: async error before the call: %s", case_name[k], tu_result_name(async));
+  /* Before the clock starts: the counts' copy is synchronous. */
+  if (k == K_A2AV_DEV) device_counts(tw->nranks, 4096, a);
+  if (k == K_A2AV_2D) device_counts(tw->nranks * 2, 2048, a);
   const double t0 = tu_now();
   switch (k) {
     case K_AR:
@@ -55,7 +75,22 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
       break;
     }
     case K_SEND: TW_SYMM_REQUIRE(r, symmSend((void *)(uintptr_t)a, bytes, symmUint8, 1, r->comm, r->stream)); break;
-    default: TW_SYMM_REQUIRE(r, symmRecv((void *)(uintptr_t)b, bytes, symmUint8, 1, r->comm, r->stream)); break;
+    case K_RECV: TW_SYMM_REQUIRE(r, symmRecv((void *)(uintptr_t)b, bytes, symmUint8, 1, r->comm, r->stream)); break;
+    case K_A2AV_DEV: {
+      /* Counts and outSplitsOffsets in `a` (device memory), output in `b`. */
+      const int n = tw->nranks;
+      int64_t *splits = (int64_t *)(uintptr_t)a, *out = splits + n;
+      TW_SYMM_REQUIRE(r, symmAllToAllvDevice(sym_s, splits, (void *)(uintptr_t)b, bytes, out, 1, symmUint8, r->comm,
+                                             r->stream));
+      break;
+    }
+    default: {
+      const int ns = tw->nranks * 2;
+      int64_t *splits = (int64_t *)(uintptr_t)a, *out = splits + ns;
+      TW_SYMM_REQUIRE(r, symmAllToAllvDevice2d(sym_s, splits, (void *)(uintptr_t)b, bytes, out, 2, 16, 1, symmUint8,
+                                               r->comm, r->stream));
+      break;
+    }
   }
   const double hard = t0 + timeout_s + 30;
   double t = 0;

@@ -91,6 +91,21 @@ def worker(rank, world, port, outdir):
         y = torch.empty_like(x)
         dist.all_to_all_single(y, x)
         keep(f"all_to_all/{dtype}", x, y)
+    # Uneven all_to_all_single (PyTorch issues grouped send/recv with host
+    # counts: the drop-in serves the group natively, in one launch), zero
+    # splits included from 3 ranks: rank r sends ((r + 2p) % 3) * 37 rows of
+    # 5 to rank p != r, and 53 to itself (one rank alone still moves rows).
+    def split(src, dst):
+        return 53 if src == dst else ((src + 2 * dst) % 3) * 37
+
+    for dtype in (torch.float32, torch.bfloat16):
+        salt += 1
+        inp = [split(rank, p) for p in range(world)]
+        outp = [split(p, rank) for p in range(world)]
+        x = make(rank, dtype, sum(inp) * 5, salt).to(dev).view(-1, 5)
+        y = torch.full((sum(outp), 5), -1, dtype=dtype, device=dev)
+        dist.all_to_all_single(y, x, output_split_sizes=outp, input_split_sizes=inp)
+        keep(f"all_to_all_uneven/{dtype}", x, y)
     # send/recv and batch_isend_irecv (a ring); one rank has no peer (PyTorch
     # would wait for a second rank that never comes).
     if world > 1:
