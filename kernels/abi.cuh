@@ -13,6 +13,8 @@ enum SymmOpId : uint32_t {
   SYMM_OP_WAIT_SIGNAL = 3,
   SYMM_OP_WAIT_VALUE = 4,
   SYMM_OP_COLLECTIVE = 5,
+  // 6: the device API's own (SYMM_DEV_STATUS_OP, include/symmcomm_device.cuh).
+  SYMM_OP_SEND_RECV = 7,
 };
 
 // Error kinds in SymmStatus::error.

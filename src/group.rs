@@ -82,7 +82,7 @@ pub fn end() -> Result<()> {
     let host = run_all(ops);
     let mut first = host.err();
     for b in p2p {
-        if let Err(e) = crate::coll::p2p::launch_ops(&b.comm, b.stream as CUstream, &b.ops) {
+        if let Err(e) = crate::coll::p2p::launch_send_recv(&b.comm, b.stream as CUstream, &b.ops) {
             let e = Error::new(e.code, format!("symmGroupEnd: send/recv (rank {}): {}", b.comm.rank, e.msg));
             b.comm.set_last_error(std::ffi::CString::new(e.msg.replace('\0', " ")).unwrap_or_default());
             first.get_or_insert(e);

@@ -13,7 +13,10 @@
  *                  with SYMM_ALGO=...pipe);
  *   send           64 MiB to rank 1 (more than the 4 MiB of slots, so the
  *                  sender must wait for the receiver);
- *   recv           64 MiB from rank 1;
+ *   recv           64 MiB from rank 1 (send and recv: the message must name
+ *                  symmSend/symmRecv);
+ *   alltoall       symmAllToAll of 16 MiB symmetric buffers (blocks above
+ *                  the LL limit: the point-to-point engine by default);
  *   alltoallv_device
  *                  symmAllToAllvDevice, 4096 one-byte rows for every rank
  *                  from the symmetric send buffer, the counts in device
@@ -36,9 +39,9 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, K_A2AV_DEV, K_A2AV_2D, NCASES };
-static const char *const case_name[NCASES] = {"allreduce",        "reducescatter", "send", "recv",
-                                              "alltoallv_device", "alltoallv_2d"};
+enum { K_AR, K_RS, K_SEND, K_RECV, K_A2A, K_A2AV_DEV, K_A2AV_2D, NCASES };
+static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",        "recv",
+                                              "alltoall",  "alltoallv_device", "alltoallv_2d"};
 
 /* The device-count all-to-all-vs' counts: `splits` rows for each of
  * `entries` blocks, written to device memory at `at`; `out` (2 x entries
@@ -76,6 +79,11 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
     }
     case K_SEND: TW_SYMM_REQUIRE(r, symmSend((void *)(uintptr_t)a, bytes, symmUint8, 1, r->comm, r->stream)); break;
     case K_RECV: TW_SYMM_REQUIRE(r, symmRecv((void *)(uintptr_t)b, bytes, symmUint8, 1, r->comm, r->stream)); break;
+    case K_A2A: {
+      const size_t per = ((size_t)16 << 20) / 4 / (size_t)tw->nranks;
+      TW_SYMM_REQUIRE(r, symmAllToAll(sym_s, sym_r, per, symmFloat32, r->comm, r->stream));
+      break;
+    }
     case K_A2AV_DEV: {
       /* Counts and outSplitsOffsets in `a` (device memory), output in `b`. */
       const int n = tw->nranks;
@@ -113,6 +121,9 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
              case_name[k], t, timeout_s);
     TW_CHECK(r, tu_contains_ci(m, "timed out"), "%s: the message does not say it timed out: %s", case_name[k],
              m ? m : "(NULL)");
+    if (k == K_SEND || k == K_RECV)
+      TW_CHECK(r, tu_contains_ci(m, "symmSend/symmRecv"), "%s: the message does not name symmSend/symmRecv: %s",
+               case_name[k], m ? m : "(NULL)");
   }
   int s = tw_stream_poll(r, r->stream, 10.0);
   TW_CHECK(r, s == 0, "%s: the stream did not drain within 10 s of the timeout report", case_name[k]);

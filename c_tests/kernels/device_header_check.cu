@@ -29,7 +29,9 @@ static_assert((uint32_t)symm_detail::kErrTimeout == (uint32_t)SYMM_DEV_TIMEOUT &
                   (uint32_t)symm_detail::kErrAborted == (uint32_t)SYMM_DEV_ABORTED &&
                   (uint32_t)symm_detail::kErrMismatch == (uint32_t)SYMM_DEV_MISMATCH,
               "error kinds");
-static_assert((uint32_t)SYMM_DEV_STATUS_OP > (uint32_t)SYMM_OP_COLLECTIVE, "the device API's op number is its own");
+static_assert((uint32_t)SYMM_DEV_STATUS_OP > (uint32_t)SYMM_OP_COLLECTIVE &&
+                  (uint32_t)SYMM_DEV_STATUS_OP != (uint32_t)SYMM_OP_SEND_RECV,
+              "the device API's op number is its own");
 static_assert(SYMM_MAX_RANKS <= 8 && sizeof(((symmDevStatus*)nullptr)->info) == 32, "status info words");
 
 // The initializer: sizes and version from these headers, counts zero.

@@ -14,7 +14,7 @@ use cudarc::driver::sys::CUstream;
 
 use super::p2p::{direct_offset, launch_ops, sized_shape};
 use crate::comm::Comm;
-use crate::cuda::abi::{P2POp, P2P_BLOCKS, P2P_NO_DIRECT};
+use crate::cuda::abi::{OpId, P2POp, P2P_BLOCKS, P2P_NO_DIRECT};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, RawDataType};
 
@@ -125,7 +125,7 @@ pub(crate) fn launch_blocks(
             }
         }
         if !ops.is_empty() {
-            launch_ops(comm, stream, &ops)?;
+            launch_ops(comm, stream, &ops, OpId::Collective)?;
         }
     }
     Ok(())

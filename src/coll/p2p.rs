@@ -122,10 +122,18 @@ pub(crate) fn sized_shape(algo: Algo) -> Option<P2PShape> {
     }
 }
 
+/// Launch symmSend / symmRecv `ops` (one call's, or a group's) on `stream`
+/// (see [`launch_ops`]); a timeout names them.
+pub fn launch_send_recv(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
+    launch_ops(comm, stream, ops, OpId::SendRecv)
+}
+
 /// Launch `ops` (in call order) on `stream`. Each launch holds at most one
 /// send and one receive per peer; later ones with the same peer go to later
-/// launches, which keeps each pair's messages matched in order.
-pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
+/// launches, which keeps each pair's messages matched in order. `api` names
+/// the call in a timeout's message (send/recv, or the collective whose
+/// blocks these are).
+pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId) -> Result<()> {
     let mut rounds: Vec<Vec<P2POp>> = Vec::new();
     // Ops so far per (peer, direction): a linear scan, as a group holds a
     // few lanes (no map to build on every call).
@@ -165,7 +173,7 @@ pub fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp]) -> Result<()> {
             op.blocks = *b;
             first += b;
         }
-        let mut a: P2PArgs = comm.p2p_template(OpId::Collective);
+        let mut a: P2PArgs = comm.p2p_template(api);
         a.nops = round.len() as u32;
         a.ops[..round.len()].copy_from_slice(&round);
         if algo.classic {

@@ -496,6 +496,9 @@ fn mismatch_hint(op: u32) -> &'static str {
     if op == OpId::Collective as u32 {
         "; if that rank is alive and calling, the ranks' calls may differ (count, datatype, a send without its \
          receive, a buffer symmetric on one rank and plain on another): SYMM_CHECK=1 compares collectives' calls"
+    } else if op == OpId::SendRecv as u32 {
+        "; if that rank is alive, its matching symmRecv or symmSend may be missing, name another peer, or come \
+         after a call that waits for this one"
     } else {
         ""
     }
@@ -866,6 +869,16 @@ mod tests {
     #[test]
     fn host_hash_is_stable() {
         assert_eq!(host_hash(), host_hash());
+    }
+
+    #[test]
+    fn timeouts_name_send_recv_and_hint_at_its_pairing() {
+        assert_eq!(OpId::from_raw(OpId::SendRecv as u32), Some(OpId::SendRecv));
+        assert_eq!(OpId::from_raw(OpId::Device as u32), Some(OpId::Device));
+        assert_eq!(OpId::SendRecv.name(), "symmSend/symmRecv");
+        assert!(mismatch_hint(OpId::SendRecv as u32).contains("matching symmRecv or symmSend"));
+        assert!(mismatch_hint(OpId::Collective as u32).contains("SYMM_CHECK=1"));
+        assert_eq!(mismatch_hint(OpId::Barrier as u32), "");
     }
 
     #[test]

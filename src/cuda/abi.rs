@@ -18,12 +18,23 @@ pub enum OpId {
     Collective = 5,
     /// A device-API function in a user's kernel (include/symmcomm_device.cuh).
     Device = 6,
+    /// symmSend / symmRecv (alone or grouped) on the point-to-point engine.
+    SendRecv = 7,
 }
 
 impl OpId {
     pub fn from_raw(v: u32) -> Option<OpId> {
-        [OpId::None, OpId::Barrier, OpId::PutSignal, OpId::WaitSignal, OpId::WaitValue, OpId::Collective, OpId::Device]
-            .get(v as usize)
+        [
+            OpId::None,
+            OpId::Barrier,
+            OpId::PutSignal,
+            OpId::WaitSignal,
+            OpId::WaitValue,
+            OpId::Collective,
+            OpId::Device,
+            OpId::SendRecv,
+        ]
+        .get(v as usize)
             .copied()
     }
 
@@ -36,6 +47,7 @@ impl OpId {
             OpId::WaitValue => "symmStreamWaitValue32",
             OpId::Collective => "collective",
             OpId::Device => "device API wait",
+            OpId::SendRecv => "symmSend/symmRecv",
         }
     }
 }

@@ -455,7 +455,7 @@ fn point_to_point(
             group::defer_p2p(c, stream.cast(), op);
             Ok(())
         } else {
-            coll::p2p::launch_ops(&c, stream.cast(), &[op])
+            coll::p2p::launch_send_recv(&c, stream.cast(), &[op])
         }
     })
 }
