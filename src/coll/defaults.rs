@@ -12,8 +12,9 @@ use super::{Algo, CollId};
 /// the classic copy and reduction loops beat the balanced, deep ones at
 /// every size for all-reduce, reduce-scatter, all-gather and all-to-all
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
-/// peer). From three ranks the new loops stay the default (not yet measured
-/// on several GPUs).
+/// peer). From three ranks the new loops stay the default. The kernels
+/// `auto` picks by size at 2 ranks (push, write) were measured as they run
+/// there: push under `auto`, write without `classic` (allreduce_write.rs).
 /// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
 /// leave the choice `auto` ([`Algo::is_auto`]).
 pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
