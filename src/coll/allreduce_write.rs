@@ -1,5 +1,6 @@
 //! The write-only two-shot all-reduce (`SYMM_ALGO=twoshot+write`, or
-//! `write` from 3 ranks where `auto` would run the two-shot; issue 33):
+//! `write` from 3 ranks where `auto` would run the two-shot; `auto`'s own
+//! for large messages, below; issue 33):
 //! kernels/allreduce_write.cu. Nothing crosses NVLink but stores: each rank
 //! stores the owners' slices of its input into their scratch, each owner
 //! reduces its slice locally and stores it into every rank's output. So the

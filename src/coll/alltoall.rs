@@ -29,7 +29,8 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     let overlap = call.send < call.recv + n * block && call.recv < call.send + n * block;
     // LL under `auto` and `ll` only: an explicit `p2p` or `classic` keeps
     // the path it names at every size (the sweeps compare them).
-    // In place with `ll` (eighth session, not yet run on a GPU): through
+    // In place with `ll` (eighth session; its tests passed at 2 GPUs in the
+    // ninth, not yet timed): through
     // the synced kernel it took 13.6 us a call at 8 B on 4 x H100 against
     // 3.6 out of place, graph-replayed (docs/perf/measure-4xH100-2026-11-27-s8.md).
     let ll_ok = !overlap && (call.defaulted || call.algo.base == Base::Ll) || in_place && call.algo.base == Base::Ll;

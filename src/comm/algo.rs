@@ -41,7 +41,8 @@ pub struct Algo {
     /// owners' slices of its input into their scratch, each owner reduces
     /// locally and stores its slice into every rank's output; any input
     /// buffer. Where both are named, `write` takes the all-reduce and
-    /// `push` the all-gather. (Eighth session, issue 33; not yet measured.)
+    /// `push` the all-gather. (Eighth session, issue 33; `auto` takes it
+    /// for large all-reduces since the ninth: src/coll/defaults.rs.)
     pub write: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with
