@@ -74,29 +74,60 @@ __device__ __forceinline__ void write_reduce(const SymmCollArgs& a, uint64_t bas
   reduce_to<T, OP>(to, n, from, n, me, len, n);
 }
 
+// Round `base`'s scatter: this block's part of every other owner's slice
+// of the round into that owner's scratch half `par`, in slot `me`.
+template <typename T>
+__device__ __noinline__ void write_scatter(const SymmCollArgs& a, bool classic, uint64_t base, uint32_t par) {
+  const uint32_t n = a.nranks, me = a.rank;
+  const uint64_t rn = min(a.chunk, a.count - base), stride = a.chunk / n;
+  const T* send = reinterpret_cast<const T*>(a.send);
+  for (uint32_t k = 1; k < n; ++k) {
+    const uint32_t j = (me + k) % n;  // spread the stores over the links
+    uint64_t lo, len, off;
+    write_part<T>(a, j, rn, &lo, &len, &off);
+    char* slot = scratch_in(a, j, par) + ((uint64_t)me * stride + off) * sizeof(T);
+    copy_any(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T));
+  }
+}
+
+// Pipelined by one round (tenth session; SYMM_ALGO=serial keeps the order
+// of before): after round k's sync a block first scatters round k + 1
+// (into the other half) and then reduces round k, so that round k + 1's
+// stores are under way while it reduces, and round k + 1's sync finds
+// them landed. Safe: round k + 1 goes into the half of round k - 1, which
+// the owner's block b finished reducing before it reached round k's sync;
+// round k's half is stored into again only by round k + 2's scatter,
+// after round k + 1's sync, which this block reaches after reducing round
+// k. (The outputs are another matter: peers store into ours until the
+// exit sync, as before.)
 template <typename T, int OP>
 __device__ void allreduce_write_body(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
-  const uint32_t n = a.nranks, me = a.rank;
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
-  const uint64_t stride = a.chunk / n;  // elements of one source's slot in an owner's half
-  const T* send = reinterpret_cast<const T*>(a.send);
+  const bool serial = a.mode & SYMM_COLL_SERIAL_ROUNDS;
   if (!block_sync(a, s)) return;
+  uint32_t par = next_parity(a);
+  s.tl.mark(SYMM_PHASE_COPY_IN, 0);
+  write_scatter<T>(a, classic, 0, par);
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
-    const uint64_t rn = min(a.chunk, a.count - base);
     const uint32_t round = (uint32_t)(base / a.chunk);
-    const uint32_t par = next_parity(a);
-    uint64_t lo, len, off;
-    s.tl.mark(SYMM_PHASE_COPY_IN, round);
-    for (uint32_t k = 1; k < n; ++k) {
-      const uint32_t j = (me + k) % n;  // spread the stores over the links
-      write_part<T>(a, j, rn, &lo, &len, &off);
-      char* slot = scratch_in(a, j, par) + ((uint64_t)me * stride + off) * sizeof(T);
-      copy_any(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T));
-    }
+    const uint64_t rn = min(a.chunk, a.count - base), next = base + a.chunk;
     if (!block_sync(a, s)) return;
-    s.tl.mark(SYMM_PHASE_REDUCE, round);
-    write_reduce<T, OP>(a, base, rn, par);
+    const uint32_t this_par = par;
+    // Scatter round k + 1 before reducing round k, or after (serial); one
+    // call site each, so the deep copy and reduction loops are emitted once.
+#pragma unroll 1
+    for (uint32_t step = 0; step < 2; ++step) {
+      if ((step == 0) != serial) {
+        if (next >= a.count) continue;
+        par = next_parity(a);
+        s.tl.mark(SYMM_PHASE_COPY_IN, round + 1);
+        write_scatter<T>(a, classic, next, par);
+      } else {
+        s.tl.mark(SYMM_PHASE_REDUCE, round);
+        write_reduce<T, OP>(a, base, rn, this_par);
+      }
+    }
   }
   if (!block_sync(a, s)) return;  // always: peers store into our output
   sync_end(a, s);

@@ -119,7 +119,8 @@ static int has_token(const char *algo, const char *want) {
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
  * Algo::is_auto: only "auto", "grid=N" and the tunings below. */
 static int auto_choice(const char *algo) {
-  static const char *const keep_auto[] = {"auto", "spread", "nospread", "prefetch", "pdl", "nopdl", "lightsync", "fullsync"};
+  static const char *const keep_auto[] = {"auto",  "spread",    "nospread", "prefetch",
+                                          "pdl",   "nopdl",     "lightsync", "fullsync", "serial"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {

@@ -86,6 +86,27 @@ pub(crate) fn write_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bo
     defaulted && WRITE_DEFAULT_FROM.iter().any(|&(n, from)| n == nranks && bytes >= from)
 }
 
+/// From these sizes (the whole input, bytes) a reduce-scatter whose input
+/// is not symmetric or registered runs the store-only kernel
+/// (reduce_scatter_write.rs) by default: (ranks, bytes). On 2 x H200
+/// (2026-11-27, tenth session, bf16, graph replayed), a plain input: 1 GiB
+/// 1704 us against the staged pull's 1899 (1.20x against 1.08x the faster
+/// NCCL column), 256 MiB 474 against 481; below it loses (64 MiB 148
+/// against 129, 4 MiB 16.8 against 14.3). A symmetric input keeps the pull
+/// (1 GiB 1608 against 1697). Other rank counts: not measured, no default
+/// (3 ranks, where the pull is slowest, waits for a machine of 4 GPUs).
+/// As for the push all-reduce, ranks that pass inputs of different
+/// classes run different kernels, which the protocol check at the first
+/// sync reports as symmInvalidUsage.
+const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 1] = [(2, 256 << 20)];
+
+/// Whether `auto` runs the store-only reduce-scatter for an input of
+/// `bytes` (all blocks) that is `staged` (not symmetric or registered;
+/// the kernel still needs a 16- or 32-bit float: the caller checks).
+pub(crate) fn reduce_scatter_write_by_default(defaulted: bool, nranks: usize, bytes: u64, staged: bool) -> bool {
+    defaulted && staged && REDUCE_SCATTER_WRITE_FROM.iter().any(|&(n, from)| n == nranks && bytes >= from)
+}
+
 /// Whether `auto` runs the all-gather push kernel above the LL limit (the
 /// kernel still needs the recvbuff symmetric or registered: the caller
 /// checks). Measured on 4 x H100 (2026-11-27, fourth session, symmetric
@@ -218,6 +239,15 @@ mod tests {
         assert!(write_by_default(true, 2, 256 << 20) && !write_by_default(true, 2, 64 << 20), "2 ranks: from 256 MiB");
         assert!(!write_by_default(true, 8, 1 << 30), "not measured at 8 ranks");
         assert!(!write_by_default(false, 4, 1 << 30), "SYMM_ALGO chose");
+    }
+
+    #[test]
+    fn reduce_scatter_writes_by_default_from_the_measured_size_on_plain_inputs() {
+        assert!(reduce_scatter_write_by_default(true, 2, 256 << 20, true));
+        assert!(!reduce_scatter_write_by_default(true, 2, 64 << 20, true), "below 256 MiB the pull is faster");
+        assert!(!reduce_scatter_write_by_default(true, 2, 1 << 30, false), "a symmetric input keeps the pull");
+        assert!(!reduce_scatter_write_by_default(true, 3, 1 << 30, true), "not measured at 3 ranks");
+        assert!(!reduce_scatter_write_by_default(false, 2, 1 << 30, true), "SYMM_ALGO chose");
     }
 
     #[test]

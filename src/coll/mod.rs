@@ -30,6 +30,7 @@ pub mod p2p;
 mod ranges;
 pub mod reduce;
 pub mod reduce_scatter;
+mod reduce_scatter_write;
 pub mod timeline;
 
 pub use crate::comm::algo::{self, Algo, AlgoCell, Base, P2PShape};
@@ -50,7 +51,7 @@ use crate::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
 use crate::memory::index::{BufferEntry, BufferKind};
 
 use defaults::*;
-pub(crate) use defaults::{allgather_push_by_default, push_by_default, write_by_default};
+pub(crate) use defaults::{allgather_push_by_default, push_by_default, reduce_scatter_write_by_default, write_by_default};
 
 /// A validated collective call, as every collective's file sees it.
 pub struct Call<'a> {
@@ -103,6 +104,9 @@ impl Call<'_> {
         }
         if self.algo.light_sync {
             a.mode |= abi::MODE_LIGHT_SYNC;
+        }
+        if self.algo.serial {
+            a.mode |= abi::MODE_SERIAL_ROUNDS;
         }
         a
     }
@@ -521,7 +525,7 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 10] = names!(
+    static NAMES: [[&str; 12]; 11] = names!(
         "allreduce",
         "reduce_scatter",
         "reduce",
@@ -531,7 +535,8 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
         "allreduce_pipe",
         "reduce_scatter_pipe",
         "allreduce_ll2",
-        "allreduce_write"
+        "allreduce_write",
+        "reduce_scatter_write"
     );
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
@@ -547,6 +552,7 @@ pub(crate) const FAMILY_ALLREDUCE_PIPE: usize = 6;
 pub(crate) const FAMILY_REDUCE_SCATTER_PIPE: usize = 7;
 pub(crate) const FAMILY_ALLREDUCE_LL_TWO_SHOT: usize = 8;
 pub(crate) const FAMILY_ALLREDUCE_WRITE: usize = 9;
+pub(crate) const FAMILY_REDUCE_SCATTER_WRITE: usize = 10;
 
 /// Element types the opt-in push and pipelined kernels are built for
 /// (kernels/pipe.cuh, SYMM_FOR_EACH_OPT_IN_TYPE); other types run the
@@ -572,6 +578,10 @@ mod tests {
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, symmDataType_t::symmFloat64), c"symm_allreduce_ll2_f64");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_WRITE, symmDataType_t::symmBfloat16), c"symm_allreduce_write_bf16");
+        assert_eq!(
+            reduce_kernel(FAMILY_REDUCE_SCATTER_WRITE, symmDataType_t::symmFloat16),
+            c"symm_reduce_scatter_write_f16"
+        );
     }
 
     #[test]

@@ -4,11 +4,13 @@
 //! Symmetric/registered inputs are read where they are (a sync at entry
 //! and exit only); plain ones are staged through scratch in rounds, or
 //! with SYMM_ALGO=pipe (16- and 32-bit floats) pipelined with per-chunk
-//! flags.
+//! flags. `write` (reduce_scatter_write.rs, 16- and 32-bit floats) stores
+//! every block into its owner's scratch instead, for any buffers: `auto`'s
+//! where defaults.rs `reduce_scatter_write_by_default` says.
 
 use super::{
-    even_rounds, opt_in_dtype, reduce_kernel, Call, FAMILY_REDUCE_SCATTER, FAMILY_REDUCE_SCATTER_LL,
-    FAMILY_REDUCE_SCATTER_PIPE,
+    even_rounds, opt_in_dtype, reduce_kernel, reduce_scatter_write_by_default, Call, FAMILY_REDUCE_SCATTER,
+    FAMILY_REDUCE_SCATTER_LL, FAMILY_REDUCE_SCATTER_PIPE,
 };
 use crate::cuda::abi::{MODE_PIPE, MODE_STAGED};
 use crate::error::Result;
@@ -21,6 +23,14 @@ pub fn reduce_scatter(call: &Call) -> Result<()> {
     let bytes = call.count * call.elem_size();
     if call.use_ll(bytes) {
         return call.launch_ll(reduce_kernel(FAMILY_REDUCE_SCATTER_LL, call.dtype), bytes);
+    }
+    let staged_input = call.send_buf.is_none();
+    let write =
+        call.algo.write || reduce_scatter_write_by_default(call.defaulted, call.comm.nranks, bytes * n, staged_input);
+    if write && opt_in_dtype(call.dtype) {
+        if let Some(launched) = super::reduce_scatter_write::launch(call) {
+            return launched;
+        }
     }
     let mut a = call.args();
     if !call.direct(&mut a) {

@@ -42,7 +42,10 @@ pub struct Algo {
     /// locally and stores its slice into every rank's output; any input
     /// buffer. Where both are named, `write` takes the all-reduce and
     /// `push` the all-gather. (Eighth session, issue 33; `auto` takes it
-    /// for large all-reduces since the ninth: src/coll/defaults.rs.)
+    /// for large all-reduces since the ninth: src/coll/defaults.rs.) The
+    /// reduce-scatter by stores only (kernels/reduce_scatter_write.cu,
+    /// tenth session): every rank stores each owner's block into its
+    /// scratch, owners reduce locally; any buffers.
     pub write: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with
@@ -94,6 +97,12 @@ pub struct Algo {
     /// `lightsync` names the default. A tuning: `fullsync` alone keeps
     /// `auto`'s choices.
     pub light_sync: bool,
+    /// `serial`: the store-only kernels (all-reduce and reduce-scatter
+    /// `write`) scatter round k + 1 after reducing round k, as the
+    /// all-reduce did until the tenth session, instead of before it (so
+    /// that the stores drain while the block reduces), for A/B
+    /// measurements. A tuning: alone it keeps `auto`'s choices.
+    pub serial: bool,
 }
 
 impl Algo {
@@ -112,13 +121,23 @@ impl Algo {
             prefetch: false,
             pdl: true,
             light_sync: true,
+            serial: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
-    /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` aside:
-    /// they tune kernels, not the choice of kernel).
+    /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
+    /// `serial` aside: they tune kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        let choice = Algo { grid_log2: 0, spread: false, no_spread: false, prefetch: false, pdl: true, light_sync: true, ..self };
+        let choice = Algo {
+            grid_log2: 0,
+            spread: false,
+            no_spread: false,
+            prefetch: false,
+            pdl: true,
+            light_sync: true,
+            serial: false,
+            ..self
+        };
         choice == Algo::AUTO
     }
 
@@ -148,6 +167,7 @@ impl Algo {
                 "spread" => a.spread = true,
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
+                "serial" => a.serial = true,
                 "pdl" => (a.pdl, pdl_named[0]) = (true, true),
                 "nopdl" | "no_pdl" | "no-pdl" => (a.pdl, pdl_named[1]) = (false, true),
                 "lightsync" | "light_sync" | "light-sync" => (a.light_sync, sync_named[0]) = (true, true),
@@ -164,7 +184,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, joined with '+')"
+                         fullsync, serial, joined with '+')"
                     ))
                 }
             }
@@ -205,7 +225,7 @@ impl Algo {
             Base::TwoShot => 3,
         };
         // The shape takes bits 6-26 (P2PShape::to_bits: 21 bits), grid=N 27-30, spread 31, nospread 32,
-        // prefetch 33, nopdl 34, fullsync 35 (all zero: the defaults), write 36.
+        // prefetch 33, nopdl 34, fullsync 35 (all zero: the defaults), write 36, serial 37.
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
             | self.p2p_shape.to_bits() << 6
@@ -214,6 +234,7 @@ impl Algo {
         low as u64 | (self.no_spread as u64) << 32 | (self.prefetch as u64) << 33 | (!self.pdl as u64) << 34
             | (!self.light_sync as u64) << 35
             | (self.write as u64) << 36
+            | (self.serial as u64) << 37
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -235,6 +256,7 @@ impl Algo {
             prefetch: wide >> 33 & 1 != 0,
             pdl: wide >> 34 & 1 == 0,
             light_sync: wide >> 35 & 1 == 0,
+            serial: wide >> 37 & 1 != 0,
         }
     }
 }
@@ -261,6 +283,7 @@ impl std::fmt::Display for Algo {
             (self.prefetch, "prefetch"),
             (!self.pdl, "nopdl"),
             (!self.light_sync, "fullsync"),
+            (self.serial, "serial"),
         ] {
             if on {
                 parts.push(name);
@@ -478,6 +501,9 @@ mod tests {
         assert_eq!(Algo::parse("nopdl+fullsync").unwrap().to_string(), "auto+nopdl+fullsync");
         assert!(Algo::parse("pdl+nopdl").unwrap_err().contains("both"));
         assert!(Algo::parse("lightsync+full-sync").unwrap_err().contains("both"));
+        let serial = Algo::parse("write+serial").unwrap();
+        assert!(serial.serial && !Algo::AUTO.serial && Algo::parse("serial").unwrap().is_auto());
+        assert_eq!((Algo::from_bits(serial.to_bits()), serial.to_string().as_str()), (serial, "auto+write+serial"));
         let w = Algo::parse("twoshot+write+push+fullsync").unwrap();
         assert!(w.write && w.push && !w.is_auto() && !Algo::AUTO.write);
         assert_eq!((Algo::from_bits(w.to_bits()), w.to_string().as_str()), (w, "twoshot+push+write+fullsync"));

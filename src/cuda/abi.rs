@@ -171,6 +171,9 @@ pub(crate) const MODE_PDL: u32 = 512;
 /// before the release store (by default, not with SYMM_ALGO `fullsync`;
 /// kernels/coll.cuh).
 pub(crate) const MODE_LIGHT_SYNC: u32 = 1024;
+/// `SYMM_COLL_SERIAL_ROUNDS`: the store-only kernels scatter a round after
+/// reducing the one before (SYMM_ALGO `serial`; kernels/allreduce_write.cu).
+pub(crate) const MODE_SERIAL_ROUNDS: u32 = 2048;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
 /// flags to the pipelined kernels' flags), `SYMM_PIPE_WORDS`.
