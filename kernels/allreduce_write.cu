@@ -35,6 +35,7 @@
 // Each element is reduced by one rank, in rank order: every output has the
 // same bits.
 #include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE
+#include "write_rounds.cuh"
 
 // Owner j's part for this block of a round of `n` elements: [*lo, *lo +
 // *len) in the round, and its offset in each source's slot of j's scratch.
@@ -90,46 +91,17 @@ __device__ __noinline__ void write_scatter(const SymmCollArgs& a, bool classic, 
   }
 }
 
-// Pipelined by one round (tenth session; SYMM_ALGO=serial keeps the order
-// of before): after round k's sync a block first scatters round k + 1
-// (into the other half) and then reduces round k, so that round k + 1's
-// stores are under way while it reduces, and round k + 1's sync finds
-// them landed. Safe: round k + 1 goes into the half of round k - 1, which
-// the owner's block b finished reducing before it reached round k's sync;
-// round k's half is stored into again only by round k + 2's scatter,
-// after round k + 1's sync, which this block reaches after reducing round
-// k. (The outputs are another matter: peers store into ours until the
-// exit sync, as before.)
 template <typename T, int OP>
 __device__ void allreduce_write_body(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
-  const bool serial = a.mode & SYMM_COLL_SERIAL_ROUNDS;
   if (!block_sync(a, s)) return;
-  uint32_t par = next_parity(a);
-  s.tl.mark(SYMM_PHASE_COPY_IN, 0);
-  write_scatter<T>(a, classic, 0, par);
-  for (uint64_t base = 0; base < a.count; base += a.chunk) {
-    const uint32_t round = (uint32_t)(base / a.chunk);
-    const uint64_t rn = min(a.chunk, a.count - base), next = base + a.chunk;
-    if (!block_sync(a, s)) return;
-    const uint32_t this_par = par;
-    // Scatter round k + 1 before reducing round k, or after (serial); one
-    // call site each, so the deep copy and reduction loops are emitted once.
-#pragma unroll 1
-    for (uint32_t step = 0; step < 2; ++step) {
-      if ((step == 0) != serial) {
-        if (next >= a.count) continue;
-        par = next_parity(a);
-        s.tl.mark(SYMM_PHASE_COPY_IN, round + 1);
-        write_scatter<T>(a, classic, next, par);
-      } else {
-        s.tl.mark(SYMM_PHASE_REDUCE, round);
-        write_reduce<T, OP>(a, base, rn, this_par);
-      }
-    }
-  }
-  if (!block_sync(a, s)) return;  // always: peers store into our output
+  // Pipelined by one round since the tenth session (write_rounds.cuh; peers
+  // store into our output until the exit sync, as before).
+  const bool ok = store_only_rounds(
+      a, s, [&](uint64_t base, uint32_t par) { write_scatter<T>(a, classic, base, par); },
+      [&](uint64_t base, uint32_t par) { write_reduce<T, OP>(a, base, min(a.chunk, a.count - base), par); });
+  if (!ok || !block_sync(a, s)) return;  // always: peers store into our output
   sync_end(a, s);
 }
 

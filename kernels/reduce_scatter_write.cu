@@ -22,14 +22,15 @@
 // a.chunk per source rank. The round is split among the blocks as if it
 // were full (round_share), so block b of every rank writes the same part
 // of every slot in every round and only the owner's block b reads it.
-// Rounds alternate halves (the pipelining below says why that is safe);
-// the parity comes from next_parity, shared with the staged kernels, so
-// consecutive kernels start on different halves.
+// Rounds alternate halves (write_rounds.cuh says why the pipelined order
+// is safe); the parity comes from next_parity, shared with the staged
+// kernels, so consecutive kernels start on different halves.
 // In place (recvbuff = sendbuff + rank * recvcount) is safe: the owner's
 // block is read and written element by element by one thread (reduce_to
 // loads before it stores), and peers never read it.
 // Each element is reduced by one rank, in rank order (the balanced loop).
 #include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE
+#include "write_rounds.cuh"
 
 // Round `base`: this block's part [*lo, *hi) of every block.
 template <typename T>
@@ -72,16 +73,6 @@ __device__ __forceinline__ void rs_write_reduce(const SymmCollArgs& a, uint64_t 
   reduce_to<T, OP>(&to, 1, from, n, me, hi - lo, n);
 }
 
-// Pipelined by one round: after round k's sync a block first stores round
-// k + 1 (into the other half) and then reduces round k, so its stores
-// drain over NVLink while it reduces in local memory. (Scatter, sync and
-// reduce in turn left a block's links idle while it reduced: 248 GB/s out
-// of each GPU at 2 ranks on 2 x H200, tenth session, against the pull's
-// 327.) Safe: round k + 1 goes into the half of round k - 1, which the
-// owner's block b finished reducing before it reached round k's sync;
-// round k's half is stored into again only by round k + 2's scatter,
-// after round k + 1's sync, which this block reaches after reducing
-// round k.
 template <typename T, int OP>
 __device__ void reduce_scatter_write_body(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
@@ -89,30 +80,12 @@ __device__ void reduce_scatter_write_body(const SymmCollArgs& a) {
   // Entry: every peer has started this kernel, so none still reads the
   // scratch we are about to store into, whichever kernel used it last.
   if (!block_sync(a, s)) return;
-  uint32_t par = next_parity(a);
-  s.tl.mark(SYMM_PHASE_COPY_IN, 0);
-  rs_write_scatter<T>(a, classic, 0, par);
-  const bool serial = a.mode & SYMM_COLL_SERIAL_ROUNDS;  // SYMM_ALGO=serial: the order of before, for A/B
-  for (uint64_t base = 0; base < a.count; base += a.chunk) {
-    const uint32_t round = (uint32_t)(base / a.chunk);
-    if (!block_sync(a, s)) return;
-    const uint64_t next = base + a.chunk;
-    const uint32_t this_par = par;
-    // Scatter round k + 1 before reducing round k, or after (serial); one
-    // call site each, so the deep copy and reduction loops are emitted once.
-#pragma unroll 1
-    for (uint32_t step = 0; step < 2; ++step) {
-      if ((step == 0) != serial) {
-        if (next >= a.count) continue;
-        par = next_parity(a);
-        s.tl.mark(SYMM_PHASE_COPY_IN, round + 1);
-        rs_write_scatter<T>(a, classic, next, par);
-      } else {
-        s.tl.mark(SYMM_PHASE_REDUCE, round);
-        rs_write_reduce<T, OP>(a, base, this_par);
-      }
-    }
-  }
+  // Pipelined by one round (write_rounds.cuh: scattered, synced and reduced
+  // in turn, a block's links idled while it reduced).
+  const bool ok = store_only_rounds(
+      a, s, [&](uint64_t base, uint32_t par) { rs_write_scatter<T>(a, classic, base, par); },
+      [&](uint64_t base, uint32_t par) { rs_write_reduce<T, OP>(a, base, par); });
+  if (!ok) return;
   SYMM_COLL_EPILOGUE(a, s)
 }
 

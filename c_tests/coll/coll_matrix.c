@@ -45,8 +45,9 @@
  *           by one element. Plus allgather of float64 (n x 2 GiB receive
  *           buffer: byte offsets past 2^32), symmetric and staged, out of
  *           place. The sendbuff-unchanged check is skipped in tier L.
- *   tier P  (pipelines: the SYMM_ALGO runs of push, pipe and p2p) count
- *           1 Mi + 7: allreduce and reducescatter of bf16 and float32, sum,
+ *   tier P  (pipelines: the SYMM_ALGO runs of push, pipe, write and p2p)
+ *           count 1 Mi + 7: allreduce, reducescatter and allgather of bf16
+ *           and float32, sum,
  *           five placements (out of place: staged aligned, registered
  *           offset, symmetric aligned; in place: staged offset, symmetric
  *           aligned) -- with a 1 MiB scratch that is 32+ chunks through 4
@@ -224,7 +225,7 @@ static size_t plan_tier_p(struct mcase *out, size_t n, int coll, int dt) {
   static const int place[5][3] = {{0, CW_STAGED, AL_ALIGNED}, {0, CW_REGISTERED, AL_BOTH}, {0, CW_SYMMETRIC, AL_ALIGNED},
                                   {1, CW_STAGED, AL_BOTH},    {1, CW_SYMMETRIC, AL_ALIGNED}};
   const size_t count = ((size_t)1 << 20) + 7;
-  if ((coll == C_AR || coll == C_RS) && (dt == symmBfloat16 || dt == symmFloat32))
+  if ((coll == C_AR || coll == C_RS || coll == C_AG) && (dt == symmBfloat16 || dt == symmFloat32))
     for (int v = 0; v < 5; v++) n = add(out, n, mk(coll, dt, symmSum, 0, place[v][0], place[v][1], place[v][2], T_P, count));
   if (is_p2p(coll) && dt == symmInt32)
     for (int c = 0; c < 2; c++) {

@@ -2,8 +2,9 @@
 //! flag per landed chunk. Above the LL limit, where the recvbuff is
 //! symmetric/registered, every rank stores its own block into every rank's
 //! output (the push: `auto` at 2 and 4 ranks, `SYMM_ALGO=push` anywhere);
-//! otherwise it pulls the peers' blocks (from their symmetric/registered
-//! input, or staged through scratch).
+//! with `SYMM_ALGO=write` it stores into the peers' scratch instead, any
+//! buffers (allgather_write.rs); otherwise it pulls the peers' blocks (from
+//! their symmetric/registered input, or staged through scratch).
 
 use super::Call;
 use crate::cuda::abi::{CollArgs, MODE_END_SYNC, MODE_PROGRESS, MODE_PUSH};
@@ -75,6 +76,13 @@ pub fn all_gather(call: &Call) -> Result<()> {
         if push_output(call, &mut p) {
             p.mode |= MODE_PUSH | MODE_END_SYNC;
             return call.launch(c"symm_allgather_push", call.grid(bytes), &mut p);
+        }
+    }
+    // `write` (where `push` is not named): stores into the peers' scratch,
+    // any buffers (allgather_write.rs); not a default until measured.
+    if call.algo.write && !call.algo.push {
+        if let Some(launched) = super::allgather_write::launch(call) {
+            return launched;
         }
     }
     let mut a = call.args();

@@ -15,6 +15,7 @@
 //! fail with an error instead of reading the wrong memory.
 
 pub mod allgather;
+mod allgather_write;
 pub mod allreduce;
 pub mod allreduce_norm;
 mod allreduce_write;

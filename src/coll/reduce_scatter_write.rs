@@ -17,7 +17,7 @@
 //! (from 0.89-0.99x staged); measured: docs/PERFORMANCE.md.
 
 use super::{even_rounds, reduce_kernel, Call, InputPath, FAMILY_REDUCE_SCATTER_WRITE};
-use crate::cuda::abi::{MODE_CLASSIC, MODE_WRITE};
+use crate::cuda::abi::{CollArgs, MODE_CLASSIC, MODE_WRITE};
 use crate::error::Result;
 
 /// Launch the kernel for `call` when scratch holds a vector a slot; `None`,
@@ -25,6 +25,20 @@ use crate::error::Result;
 /// every rank does: the choice depends only on the call and the
 /// communicator). Only for the opt-in types (the caller checks).
 pub(super) fn launch(call: &Call) -> Option<Result<()>> {
+    let (mut a, grid) = scratch_slot_args(call)?;
+    if call.defaulted {
+        // As measured (`write`: the deep copies), also at 2 ranks, where
+        // `auto` otherwise means the classic loops (defaults.rs).
+        a.mode &= !MODE_CLASSIC;
+    }
+    Some(call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER_WRITE, call.dtype), grid, &mut a))
+}
+
+/// The arguments and grid of a kernel that stores into the peers' scratch
+/// (this one and allgather_write.rs): rounds of `a.chunk` elements of every
+/// block, one slot of that per source rank in a scratch half; `None` when a
+/// half holds less than a vector a slot.
+pub(super) fn scratch_slot_args(call: &Call) -> Option<(CollArgs, u32)> {
     let n = call.comm.nranks as u64;
     let slot = call.scratch_elems(n);
     if slot == 0 {
@@ -32,15 +46,9 @@ pub(super) fn launch(call: &Call) -> Option<Result<()>> {
     }
     let mut a = call.args();
     // Peers read none of this rank's buffers: the token stays 0 (staged),
-    // and the protocol bits tell this kernel from the pull at the first sync.
+    // and the protocol bits tell these kernels from the pulls at the first sync.
     a.mode |= MODE_WRITE;
-    if call.defaulted {
-        // As measured (`write`: the deep copies), also at 2 ranks, where
-        // `auto` otherwise means the classic loops (defaults.rs).
-        a.mode &= !MODE_CLASSIC;
-    }
     a.chunk = even_rounds(call.count, slot, call.vec_elems());
     call.note(InputPath::Staged);
-    let grid = call.grid(call.count.min(a.chunk) * call.elem_size() * n);
-    Some(call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER_WRITE, call.dtype), grid, &mut a))
+    Some((a, call.grid(call.count.min(a.chunk) * call.elem_size() * n)))
 }

@@ -45,7 +45,10 @@ pub struct Algo {
     /// for large all-reduces since the ninth: src/coll/defaults.rs.) The
     /// reduce-scatter by stores only (kernels/reduce_scatter_write.cu,
     /// tenth session): every rank stores each owner's block into its
-    /// scratch, owners reduce locally; any buffers.
+    /// scratch, owners reduce locally; any buffers. The all-gather (where
+    /// `push` is not named; kernels/allgather_write.cu): every rank stores
+    /// its block into every peer's scratch, each copies them out locally;
+    /// any buffers.
     pub write: bool,
     /// `pipe`: the two-shot all-reduce (whose output is not push-eligible)
     /// and the staged reduce-scatter go through scratch slots with
@@ -128,16 +131,10 @@ impl Algo {
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
     /// `serial` aside: they tune kernels, not the choice of kernel).
     pub fn is_auto(self) -> bool {
-        let choice = Algo {
-            grid_log2: 0,
-            spread: false,
-            no_spread: false,
-            prefetch: false,
-            pdl: true,
-            light_sync: true,
-            serial: false,
-            ..self
-        };
+        let t = Algo::AUTO; // every tuning as `auto` has it
+        #[rustfmt::skip]
+        let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
+                            pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, ..self };
         choice == Algo::AUTO
     }
 
