@@ -106,7 +106,7 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_PDL 512u      // LL kernels: launched as programmatic dependents (ll.cuh ll_begin)
 #define SYMM_COLL_LIGHT_SYNC 1024u  // block_sync publishes with its release store alone (coll.cuh)
 #define SYMM_COLL_SERIAL_ROUNDS 2048u  // store-only kernels: scatter round k + 1 after reducing round k
-                                       // (allreduce_write.cu), not before
+                                       // (write_rounds.cuh), not before
 // Mode bits that change what crosses between ranks (the protocol): compared
 // at the first sync on every call, so ranks that picked different kernels
 // fail with a mismatch instead of misreading each other's flags.

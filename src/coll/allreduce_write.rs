@@ -14,8 +14,8 @@
 //! `auto` takes it at 4 ranks from 16 MiB, at 3 from 64 MiB and at 2 from
 //! 256 MiB (defaults.rs `write_by_default`).
 
-use super::{even_rounds, layout_token, reduce_kernel, Call, InputPath, FAMILY_ALLREDUCE_WRITE};
-use crate::cuda::abi::{MODE_CLASSIC, MODE_WRITE};
+use super::{even_rounds, layout_token, reduce_kernel, store_only_mode, Call, InputPath, FAMILY_ALLREDUCE_WRITE};
+use crate::cuda::abi::MODE_WRITE;
 use crate::error::Result;
 
 /// Mixed into the layout token, so that ranks running the push kernel on
@@ -39,13 +39,7 @@ pub(super) fn launch(call: &Call, bytes: u64) -> Option<Result<()>> {
     a.src = a.scratch;
     a.scratch = call.comm.coll.scratch;
     a.token = layout_token(&[rid, roff, TOKEN_SALT]);
-    a.mode |= MODE_WRITE;
-    if call.defaulted {
-        // `auto` runs the kernel as it was measured and tested
-        // (`twoshot+write`: the deep copies), also at 2 ranks, where
-        // `auto` otherwise means the classic loops (defaults.rs).
-        a.mode &= !MODE_CLASSIC;
-    }
+    a.mode = store_only_mode(call.defaulted, a.mode | MODE_WRITE);
     a.chunk = chunk;
     call.note(InputPath::Staged);
     let grid = call.grid(bytes.min(a.chunk * call.elem_size()));

@@ -6,6 +6,7 @@
 //! `spread` at 4 ranks (allreduce_norm.rs `SPREAD_DEFAULT_RANKS`).
 
 use super::{Algo, CollId};
+use crate::cuda::abi::MODE_CLASSIC;
 
 /// What `auto` means at each rank count, chosen from the A/B sweep on
 /// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
@@ -14,7 +15,8 @@ use super::{Algo, CollId};
 /// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
 /// peer). From three ranks the new loops stay the default. The kernels
 /// `auto` picks by size at 2 ranks (push, write) were measured as they run
-/// there: push under `auto`, write without `classic` (allreduce_write.rs).
+/// there: push under `auto`, the store-only kernels without `classic`
+/// ([`store_only_mode`]).
 /// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
 /// leave the choice `auto` ([`Algo::is_auto`]).
 pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
@@ -105,6 +107,18 @@ const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 1] = [(2, 256 << 20)];
 /// the kernel still needs a 16- or 32-bit float: the caller checks).
 pub(crate) fn reduce_scatter_write_by_default(defaulted: bool, nranks: usize, bytes: u64, staged: bool) -> bool {
     defaulted && staged && REDUCE_SCATTER_WRITE_FROM.iter().any(|&(n, from)| n == nranks && bytes >= from)
+}
+
+/// The mode bits of a store-only (`write`) kernel under `auto`: those
+/// kernels were measured and tested with the deep copies at every rank
+/// count (`twoshot+write`, `write`), so `auto`'s classic loops at 2 ranks
+/// ([`default_algo`]) do not apply to them; an explicit `classic` does.
+pub(super) fn store_only_mode(defaulted: bool, mode: u32) -> u32 {
+    if defaulted {
+        mode & !MODE_CLASSIC
+    } else {
+        mode
+    }
 }
 
 /// Whether `auto` runs the all-gather push kernel above the LL limit (the
@@ -248,6 +262,12 @@ mod tests {
         assert!(!reduce_scatter_write_by_default(true, 2, 1 << 30, false), "a symmetric input keeps the pull");
         assert!(!reduce_scatter_write_by_default(true, 3, 1 << 30, true), "not measured at 3 ranks");
         assert!(!reduce_scatter_write_by_default(false, 2, 1 << 30, true), "SYMM_ALGO chose");
+    }
+
+    #[test]
+    fn store_only_kernels_keep_their_measured_copies_under_auto() {
+        assert_eq!(store_only_mode(true, MODE_CLASSIC | 1), 1, "auto's 2-rank classic does not apply");
+        assert_eq!(store_only_mode(false, MODE_CLASSIC | 1), MODE_CLASSIC | 1, "an explicit classic does");
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //! NCCL at 3 ranks from 16 MiB; at 4 ranks on a plain input 1.0-1.1x
 //! (from 0.89-0.99x staged); measured: docs/PERFORMANCE.md.
 
-use super::{even_rounds, reduce_kernel, Call, InputPath, FAMILY_REDUCE_SCATTER_WRITE};
-use crate::cuda::abi::{CollArgs, MODE_CLASSIC, MODE_WRITE};
+use super::{even_rounds, reduce_kernel, store_only_mode, Call, InputPath, FAMILY_REDUCE_SCATTER_WRITE};
+use crate::cuda::abi::{CollArgs, MODE_WRITE};
 use crate::error::Result;
 
 /// Launch the kernel for `call` when scratch holds a vector a slot; `None`,
@@ -26,11 +26,6 @@ use crate::error::Result;
 /// communicator). Only for the opt-in types (the caller checks).
 pub(super) fn launch(call: &Call) -> Option<Result<()>> {
     let (mut a, grid) = scratch_slot_args(call)?;
-    if call.defaulted {
-        // As measured (`write`: the deep copies), also at 2 ranks, where
-        // `auto` otherwise means the classic loops (defaults.rs).
-        a.mode &= !MODE_CLASSIC;
-    }
     Some(call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER_WRITE, call.dtype), grid, &mut a))
 }
 
@@ -47,7 +42,7 @@ pub(super) fn scratch_slot_args(call: &Call) -> Option<(CollArgs, u32)> {
     let mut a = call.args();
     // Peers read none of this rank's buffers: the token stays 0 (staged),
     // and the protocol bits tell these kernels from the pulls at the first sync.
-    a.mode |= MODE_WRITE;
+    a.mode = store_only_mode(call.defaulted, a.mode | MODE_WRITE);
     a.chunk = even_rounds(call.count, slot, call.vec_elems());
     call.note(InputPath::Staged);
     Some((a, call.grid(call.count.min(a.chunk) * call.elem_size() * n)))

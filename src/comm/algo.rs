@@ -100,9 +100,10 @@ pub struct Algo {
     /// `lightsync` names the default. A tuning: `fullsync` alone keeps
     /// `auto`'s choices.
     pub light_sync: bool,
-    /// `serial`: the store-only kernels (all-reduce and reduce-scatter
-    /// `write`) scatter round k + 1 after reducing round k, as the
-    /// all-reduce did until the tenth session, instead of before it (so
+    /// `serial`: the store-only kernels (all-reduce, reduce-scatter and
+    /// all-gather `write`; kernels/write_rounds.cuh) scatter round k + 1
+    /// after reducing (copying out) round k, as the all-reduce did until
+    /// the tenth session, instead of before it (so
     /// that the stores drain while the block reduces), for A/B
     /// measurements. A tuning: alone it keeps `auto`'s choices.
     pub serial: bool,

@@ -172,7 +172,7 @@ pub(crate) const MODE_PDL: u32 = 512;
 /// kernels/coll.cuh).
 pub(crate) const MODE_LIGHT_SYNC: u32 = 1024;
 /// `SYMM_COLL_SERIAL_ROUNDS`: the store-only kernels scatter a round after
-/// reducing the one before (SYMM_ALGO `serial`; kernels/allreduce_write.cu).
+/// reducing the one before (SYMM_ALGO `serial`; kernels/write_rounds.cuh).
 pub(crate) const MODE_SERIAL_ROUNDS: u32 = 2048;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
