@@ -78,7 +78,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_push(SymmCo
   for (uint32_t k = 0; k < a.nranks && lo < hi; ++k) {
     const uint32_t r = (a.rank + 1 + k) % a.nranks;  // the peers in turn, the own copy last
     char* to = a.scratch[r] + a.rank * n + lo;
-    if (to != a.send + lo) copy_any(classic, to, a.send + lo, hi - lo);  // in place: already there
+    if (to != a.send + lo) copy_any(classic, to, a.send + lo, hi - lo, true);  // in place: already there
   }
   SYMM_COLL_EPILOGUE(a, s)
 }

@@ -29,7 +29,7 @@ __device__ __noinline__ void ag_write_scatter(const SymmCollArgs& a, bool classi
   const char* from = a.send + base * sz + lo;
   for (uint32_t k = 1; k < a.nranks; ++k) {
     const uint32_t j = (a.rank + k) % a.nranks;  // spread the stores over the links
-    copy_any(classic, scratch_in(a, j, par) + a.rank * a.chunk * sz + lo, from, hi - lo);
+    copy_any(classic, scratch_in(a, j, par) + a.rank * a.chunk * sz + lo, from, hi - lo, true);
   }
   char* own = a.recv + (a.rank * a.count + base) * sz + lo;
   if (own != from) copy_any(classic, own, from, hi - lo);

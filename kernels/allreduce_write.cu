@@ -87,7 +87,7 @@ __device__ __noinline__ void write_scatter(const SymmCollArgs& a, bool classic, 
     uint64_t lo, len, off;
     write_part<T>(a, j, rn, &lo, &len, &off);
     char* slot = scratch_in(a, j, par) + ((uint64_t)me * stride + off) * sizeof(T);
-    copy_any(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T));
+    copy_any(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T), true);
   }
 }
 

@@ -50,7 +50,7 @@ __device__ __noinline__ void rs_write_scatter(const SymmCollArgs& a, bool classi
     const uint32_t j = (me + k) % n;  // spread the stores over the links
     char* slot = scratch_in(a, j, par) + ((uint64_t)me * a.chunk + lo) * sizeof(T);
     copy_any(classic, slot, reinterpret_cast<const char*>(send + (uint64_t)j * a.count + base + lo),
-             (hi - lo) * sizeof(T));
+             (hi - lo) * sizeof(T), true);
   }
 }
 

@@ -233,7 +233,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
     uint32_t sent = 0;
     for (uint32_t c = g; c < nchunks; c += ngroups, ++sent) {
       const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
-      copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, gt);
+      copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, gt, true);
     }
     group_barrier(group, gt);
     if (lane == 0 && sent) red_add_release_sys(theirs + SYMM_P2PS_ARRIVED(a.rank), sent);
@@ -249,7 +249,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
         break;
       }
       copy_bytes_by(channel_out + (uint64_t)slot * SYMM_P2P_CHUNK, reinterpret_cast<const char*>(op.buf) + off, len,
-                    lane, gt);
+                    lane, gt, true);
       group_barrier(group, gt);
       if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_READY(a.rank, slot), q + 1);
     }
