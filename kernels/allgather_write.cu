@@ -22,6 +22,7 @@ __device__ __forceinline__ void ag_write_part(const SymmCollArgs& a, uint64_t ba
   round_share(min(a.chunk, a.count) * sz, min(a.chunk, a.count - base) * sz, 16, lo, hi);
 }
 
+template <bool PIECES>
 __device__ __noinline__ void ag_write_scatter(const SymmCollArgs& a, bool classic, uint64_t base, uint32_t par) {
   const uint64_t sz = a.elem_size;
   uint64_t lo, hi;
@@ -29,32 +30,43 @@ __device__ __noinline__ void ag_write_scatter(const SymmCollArgs& a, bool classi
   const char* from = a.send + base * sz + lo;
   for (uint32_t k = 1; k < a.nranks; ++k) {
     const uint32_t j = (a.rank + k) % a.nranks;  // spread the stores over the links
-    copy_any(classic, scratch_in(a, j, par) + a.rank * a.chunk * sz + lo, from, hi - lo, true);
+    copy_any<PIECES>(classic, scratch_in(a, j, par) + a.rank * a.chunk * sz + lo, from, hi - lo, true);
   }
   char* own = a.recv + (a.rank * a.count + base) * sz + lo;
-  if (own != from) copy_any(classic, own, from, hi - lo);
+  if (own != from) copy_any<PIECES>(classic, own, from, hi - lo);
 }
 
+template <bool PIECES>
 __device__ __noinline__ void ag_write_copy_out(const SymmCollArgs& a, bool classic, uint64_t base, uint32_t par) {
   const uint64_t sz = a.elem_size;
   uint64_t lo, hi;
   ag_write_part(a, base, &lo, &hi);
   for (uint32_t k = 1; k < a.nranks; ++k) {
     const uint32_t r = (a.rank + k) % a.nranks;
-    copy_any(classic, a.recv + (r * a.count + base) * sz + lo, scratch_in(a, a.rank, par) + r * a.chunk * sz + lo,
+    copy_any<PIECES>(classic, a.recv + (r * a.count + base) * sz + lo, scratch_in(a, a.rank, par) + r * a.chunk * sz + lo,
              hi - lo);
   }
 }
 
-SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_write(SymmCollArgs a) {
+template <bool PIECES>
+__device__ __forceinline__ void allgather_write_run(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
   // Entry: every peer has started this kernel, so none still reads the
   // scratch we are about to store into, whichever kernel used it last.
   if (!block_sync(a, s)) return;
   const bool ok = store_only_rounds(
-      a, s, [&](uint64_t base, uint32_t par) { ag_write_scatter(a, classic, base, par); },
-      [&](uint64_t base, uint32_t par) { ag_write_copy_out(a, classic, base, par); });
+      a, s, [&](uint64_t base, uint32_t par) { ag_write_scatter<PIECES>(a, classic, base, par); },
+      [&](uint64_t base, uint32_t par) { ag_write_copy_out<PIECES>(a, classic, base, par); });
   if (!ok) return;
   SYMM_COLL_EPILOGUE(a, s)
+}
+
+// The instance without the pieces loops where every block is aligned
+// (write_rounds.cuh vectors_everywhere).
+SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_allgather_write(SymmCollArgs a) {
+  if (vectors_everywhere(a, a.elem_size))
+    allgather_write_run<false>(a);
+  else
+    allgather_write_run<true>(a);
 }

@@ -54,10 +54,13 @@ __device__ __forceinline__ void write_part(const SymmCollArgs& a, uint32_t j, ui
 
 // The owner's step of a round: its part of its slice from its own input
 // and the peers' copies in its scratch, stored into every rank's output.
-// (ptxas -v, sm_90: the kernel spills less with this inlined than not;
-// reduce_balanced spills 130-270 bytes here, as in allreduce.cu, against
-// 0-24 in allreduce_push.cu: not yet understood.)
-template <typename T, int OP>
+// (ptxas -v, sm_90: the kernel spills less with this inlined than not.
+// ptxas shares a kernel's registers out among its functions by what is
+// live at each call, so reduce_balanced's spills depend on its callers:
+// 130-270 bytes here, as in allreduce.cu, against 0-24 in
+// allreduce_push.cu; hence one caller per instance, write_rounds.cuh
+// vectors_everywhere.)
+template <typename T, int OP, bool PIECES>
 __device__ __forceinline__ void write_reduce(const SymmCollArgs& a, uint64_t base, uint64_t rn, uint32_t par) {
   const uint32_t n = a.nranks, me = a.rank;
   uint64_t lo, len, off;
@@ -72,12 +75,15 @@ __device__ __forceinline__ void write_reduce(const SymmCollArgs& a, uint64_t bas
     from[r] = r == me ? reinterpret_cast<const T*>(a.send) + base + lo : mine + (uint64_t)r * stride + off;
     to[r] = reinterpret_cast<T*>(const_cast<char*>(a.src[r])) + base + lo;  // rank r's output
   }
-  reduce_to<T, OP>(to, n, from, n, me, len, n);
+  if constexpr (PIECES)
+    reduce_pieces_to<T, OP>(to, n, from, n, me, len, n);
+  else
+    reduce_to<T, OP, false>(to, n, from, n, me, len, n);
 }
 
 // Round `base`'s scatter: this block's part of every other owner's slice
 // of the round into that owner's scratch half `par`, in slot `me`.
-template <typename T>
+template <typename T, bool PIECES>
 __device__ __noinline__ void write_scatter(const SymmCollArgs& a, bool classic, uint64_t base, uint32_t par) {
   const uint32_t n = a.nranks, me = a.rank;
   const uint64_t rn = min(a.chunk, a.count - base), stride = a.chunk / n;
@@ -87,22 +93,30 @@ __device__ __noinline__ void write_scatter(const SymmCollArgs& a, bool classic, 
     uint64_t lo, len, off;
     write_part<T>(a, j, rn, &lo, &len, &off);
     char* slot = scratch_in(a, j, par) + ((uint64_t)me * stride + off) * sizeof(T);
-    copy_any(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T), true);
+    copy_any<PIECES>(classic, slot, reinterpret_cast<const char*>(send + base + lo), len * sizeof(T), true);
   }
 }
 
-template <typename T, int OP>
-__device__ void allreduce_write_body(const SymmCollArgs& a) {
+template <typename T, int OP, bool PIECES>
+__device__ __forceinline__ void allreduce_write_run(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
   if (!block_sync(a, s)) return;
   // Pipelined by one round since the tenth session (write_rounds.cuh; peers
   // store into our output until the exit sync, as before).
   const bool ok = store_only_rounds(
-      a, s, [&](uint64_t base, uint32_t par) { write_scatter<T>(a, classic, base, par); },
-      [&](uint64_t base, uint32_t par) { write_reduce<T, OP>(a, base, min(a.chunk, a.count - base), par); });
+      a, s, [&](uint64_t base, uint32_t par) { write_scatter<T, PIECES>(a, classic, base, par); },
+      [&](uint64_t base, uint32_t par) { write_reduce<T, OP, PIECES>(a, base, min(a.chunk, a.count - base), par); });
   if (!ok || !block_sync(a, s)) return;  // always: peers store into our output
   sync_end(a, s);
+}
+
+template <typename T, int OP>
+__device__ void allreduce_write_body(const SymmCollArgs& a) {
+  if (vectors_everywhere(a, sizeof(T)))
+    allreduce_write_run<T, OP, false>(a);
+  else
+    allreduce_write_run<T, OP, true>(a);
 }
 
 SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_REDUCE_KERNEL, allreduce_write)

@@ -144,45 +144,14 @@ __device__ __forceinline__ void split_range(uint64_t n, uint32_t epv, uint32_t p
 // one block, with 16-byte accesses when both pointers share their
 // misalignment.
 
-// The loop before: eight loads in flight per thread only while at least
-// eight vectors per thread remain (64 KiB with 512 threads); a smaller
-// range, such as a block's 32 KiB slice, runs the tail loop with one load
-// in flight per thread.
-__device__ __forceinline__ void copy_bytes_pieces(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt,
-                                               bool to_peer);
-__device__ __forceinline__ void copy_bytes_classic(char* dst, const char* src, uint64_t n, bool to_peer) {
-  const uint32_t t = threadIdx.x, nt = blockDim.x;
-  if (n == 0 || dst == src) return;
-  if (misalign(dst) == misalign(src)) {
-    uint64_t head = (16 - misalign(dst)) & 15;
-    if (head > n) head = n;
-    if (t < head) dst[t] = src[t];
-    const uint64_t nvec = (n - head) / 16;
-    const uint4* s = reinterpret_cast<const uint4*>(src + head);
-    uint4* d = reinterpret_cast<uint4*>(dst + head);
-    uint64_t i = t;
-    constexpr uint32_t U = 8;
-    for (; i + (U - 1) * nt < nvec; i += U * nt) {
-      uint4 v[U];
-#pragma unroll
-      for (uint32_t k = 0; k < U; ++k) v[k] = s[i + k * nt];
-#pragma unroll
-      for (uint32_t k = 0; k < U; ++k) d[i + k * nt] = v[k];
-    }
-    for (; i < nvec; i += nt) d[i] = s[i];
-    const uint64_t done = head + nvec * 16;
-    if (t < n - done) dst[done + t] = src[done + t];
-  } else {
-    copy_bytes_pieces(dst, src, n, t, nt, to_peer);
-  }
-}
-
 // Loads in flight per thread in the deep copies (copy_bytes_by).
 #define SYMM_COPY_DEPTH 8u
-// copy_bytes_by's loop for pointers whose misalignments differ: its own
-// function, so that the aligned loop keeps its registers.
-__device__ __forceinline__ void copy_bytes_pieces(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt,
-                                               bool to_peer) {
+// copy_bytes_by's loop for pointers whose misalignments differ. A call, not
+// inlined: inlined beside the aligned loops of its callers (ag_write_scatter
+// holds four) it took their registers, and the store-only kernels at 4
+// ranks, whose blocks are aligned, ran 20-25 % slower (eleventh session).
+__device__ __noinline__ void copy_bytes_pieces(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt,
+                                            bool to_peer) {
   const uint32_t anchor = misalign(to_peer ? dst : src);
   const uint32_t ws = access_width(src, anchor), wd = access_width(dst, anchor);
   uint64_t head = (16 - anchor) & 15;
@@ -205,6 +174,40 @@ __device__ __forceinline__ void copy_bytes_pieces(char* dst, const char* src, ui
   for (uint64_t k = t; k < n - done; k += nt) dst[done + k] = src[done + k];
 }
 
+// The loop before: eight loads in flight per thread only while at least
+// eight vectors per thread remain (64 KiB with 512 threads); a smaller
+// range, such as a block's 32 KiB slice, runs the tail loop with one load
+// in flight per thread.
+template <bool PIECES>
+__device__ __forceinline__ void copy_bytes_classic(char* dst, const char* src, uint64_t n, bool to_peer) {
+  const uint32_t t = threadIdx.x, nt = blockDim.x;
+  if (n == 0 || dst == src) return;
+  if (misalign(dst) == misalign(src)) {
+    uint64_t head = (16 - misalign(dst)) & 15;
+    if (head > n) head = n;
+    if (t < head) dst[t] = src[t];
+    const uint64_t nvec = (n - head) / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src + head);
+    uint4* d = reinterpret_cast<uint4*>(dst + head);
+    uint64_t i = t;
+    constexpr uint32_t U = 8;
+    for (; i + (U - 1) * nt < nvec; i += U * nt) {
+      uint4 v[U];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k) v[k] = s[i + k * nt];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k) d[i + k * nt] = v[k];
+    }
+    for (; i < nvec; i += nt) d[i] = s[i];
+    const uint64_t done = head + nvec * 16;
+    if (t < n - done) dst[done + t] = src[done + t];
+  } else if constexpr (PIECES) {
+    copy_bytes_pieces(dst, src, n, t, nt, to_peer);
+  } else {
+    for (uint64_t i = t; i < n; i += nt) dst[i] = src[i];
+  }
+}
+
 // The deep copy: the unrolled loop covers the whole range with a guard per
 // vector, so every thread issues all its loads (up to COPY_DEPTH) before its
 // first store at any size -- a 32 KiB slice keeps 4 loads in flight per
@@ -215,6 +218,11 @@ __device__ __forceinline__ void copy_bytes_pieces(char* dst, const char* src, ui
 // round trip when it is a peer's), or with `to_peer` the destination (the
 // stores a kernel posts into a peer's memory); the other side moves in the
 // widest aligned pieces (access_width).
+//
+// PIECES (every caller but the store-only kernels' aligned instances, see
+// vectors_everywhere): misaligned ranges take copy_bytes_pieces; without
+// it, bytes.
+template <bool PIECES = true>
 __device__ __forceinline__ void copy_bytes_by(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt,
                                               bool to_peer = false) {
   if (n == 0 || dst == src) return;
@@ -237,8 +245,21 @@ __device__ __forceinline__ void copy_bytes_by(char* dst, const char* src, uint64
     }
     const uint64_t done = head + nvec * 16;
     for (uint64_t k = t; k < n - done; k += nt) dst[done + k] = src[done + k];
-  } else {
+  } else if constexpr (PIECES) {
     copy_bytes_pieces(dst, src, n, t, nt, to_peer);
+  } else {
+    // Unrelated misalignments, in a kernel instance built without the
+    // pieces loop (PIECES, below): bytes, several in flight per thread.
+    constexpr uint32_t U = SYMM_COPY_DEPTH;
+    for (uint64_t i = t; i < n; i += (uint64_t)U * nt) {
+      char v[U];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < n) v[k] = src[i + k * nt];
+#pragma unroll
+      for (uint32_t k = 0; k < U; ++k)
+        if (i + k * nt < n) dst[i + k * nt] = v[k];
+    }
   }
 }
 
@@ -248,11 +269,12 @@ __device__ __forceinline__ void copy_bytes(char* dst, const char* src, uint64_t 
 
 // The loop the kernel's mode asks for (`to_peer`: the destination is a
 // peer's memory, see copy_bytes_by).
+template <bool PIECES = true>
 __device__ __forceinline__ void copy_any(bool classic, char* dst, const char* src, uint64_t n, bool to_peer = false) {
   if (classic)
-    copy_bytes_classic(dst, src, n, to_peer);
+    copy_bytes_classic<PIECES>(dst, src, n, to_peer);
   else
-    copy_bytes_by(dst, src, n, threadIdx.x, blockDim.x, to_peer);
+    copy_bytes_by<PIECES>(dst, src, n, threadIdx.x, blockDim.x, to_peer);
 }
 
 // ---- Reductions ---------------------------------------------------------------
@@ -280,15 +302,10 @@ __device__ __noinline__ void reduce_elems_classic(T* dst, const T* const* srcs, 
   using A = typename Acc<T>::type;
   constexpr uint32_t E = vec_elems<T>();
   const uint32_t t = threadIdx.x, nt = blockDim.x;
-  bool aligned = true;
-  for (uint32_t r = 0; r < nsrc; ++r) aligned &= misalign(srcs[r]) == misalign(dst);
-  // Misaligned pointers: everything is "head", done one element at a time.
-  uint64_t head = n, nvec = 0;
-  if (aligned) {
-    head = ((16 - misalign(dst)) & 15) / sizeof(T);
-    if (head > n) head = n;
-    nvec = (n - head) / E;
-  }
+  // Co-aligned pointers only (reduce_any).
+  uint64_t head = ((16 - misalign(dst)) & 15) / sizeof(T);
+  if (head > n) head = n;
+  const uint64_t nvec = (n - head) / E;
   const uint64_t tail = head + nvec * E;
   for (uint64_t i = t; i < head; i += nt) reduce_one<T, OP>(dst, srcs, nsrc, i, nranks);
   union Pack { uint4 v; T e[E]; };
@@ -384,47 +401,70 @@ __device__ __forceinline__ void reduce_one_to(T* const* dsts, uint32_t ndst, con
 // Not inlined (nor is the classic loop): a reduction kernel holds one
 // instance per op and rank-count class, and inlined together their
 // registers spill; as calls each gets the kernel's whole register budget.
-// reduce_balanced for pointers whose misalignments differ: the same loop
-// with an anchor (copy_bytes_by) and the other pointers in aligned pieces;
-// its own function, so that the aligned loop keeps its registers.
-template <typename T, int OP, uint32_t NMAX, uint32_t U>
-__device__ __noinline__ void reduce_balanced_pieces(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
-                                                uint32_t first, uint64_t n, uint32_t nranks) {
+// PIECES: the instance for pointers whose misalignments differ (reduce_to
+// picks it; the other instance requires co-aligned pointers). It keeps one
+// side, the anchor, in whole vectors (copy_bytes_by) and moves the other
+// pointers in aligned pieces. Its own instance, so that the aligned loop's
+// code and registers stay as they were.
+template <typename T, int OP, uint32_t NMAX, uint32_t U, bool PIECES>
+__device__ __noinline__ void reduce_balanced(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                             uint32_t first, uint64_t n, uint32_t nranks) {
   using A = typename Acc<T>::type;
   constexpr uint32_t E = vec_elems<T>();
   const uint32_t t = threadIdx.x, nt = blockDim.x;
   if (n == 0) return;
-  // The anchor (copy_bytes_by): the sources' misalignment where they all
-  // share it (the pulls: every rank's block sits at the same offset, and
-  // the remote loads stay whole vectors), else the first destination's.
-  const uint32_t src_mis = misalign(srcs[0]);
-  bool srcs_agree = true;
-#pragma unroll
-  for (uint32_t r = 1; r < NMAX; ++r)
-    if (r < nsrc) srcs_agree &= misalign(srcs[r]) == src_mis;
-  const uint32_t mis = srcs_agree ? src_mis : misalign(dsts[0]);
-  // One piece width for every pointer off the anchor (the narrowest), and
-  // a bit per pointer that takes it: fewer registers than a width each.
+  uint32_t mis = misalign(dsts[0]);
+  // PIECES only: one piece width for every pointer off the anchor (the
+  // narrowest), and a bit per pointer that takes it (fewer registers than
+  // a width each).
   uint32_t w = 16, src_pieces = 0, dst_pieces = 0;
+  if constexpr (PIECES) {
+    // The anchor: the sources' misalignment where they all share it (the
+    // pulls: every rank's block sits at the same offset, and the remote
+    // loads stay whole vectors), else the first destination's.
+    const uint32_t src_mis = misalign(srcs[0]);
+    bool srcs_agree = true;
 #pragma unroll
-  for (uint32_t r = 0; r < NMAX; ++r) {
-    const uint32_t a = r < nsrc ? access_width(srcs[r], mis) : 16u, b = r < ndst ? access_width(dsts[r], mis) : 16u;
-    src_pieces |= (uint32_t)(a != 16) << r;
-    dst_pieces |= (uint32_t)(b != 16) << r;
-    w = min(w, min(a, b));
+    for (uint32_t r = 1; r < NMAX; ++r)
+      if (r < nsrc) srcs_agree &= misalign(srcs[r]) == src_mis;
+    if (srcs_agree) mis = src_mis;
+#pragma unroll
+    for (uint32_t r = 0; r < NMAX; ++r) {
+      const uint32_t x = r < nsrc ? access_width(srcs[r], mis) : 16u, y = r < ndst ? access_width(dsts[r], mis) : 16u;
+      src_pieces |= (uint32_t)(x != 16) << r;
+      dst_pieces |= (uint32_t)(y != 16) << r;
+      w = min(w, min(x, y));
+    }
   }
-  uint64_t head = ((16 - mis) & 15) / sizeof(T);
-  if (head > n) head = n;
-  const uint64_t nvec = (n - head) / E;
+  // Without PIECES, pointers whose misalignments differ are all "head",
+  // done one element at a time (the store-only kernels' aligned instances
+  // meet them only at odd offsets).
+  bool vectors = true;
+  if constexpr (!PIECES) {
+#pragma unroll
+    for (uint32_t r = 0; r < NMAX; ++r) {
+      if (r < nsrc) vectors &= misalign(srcs[r]) == mis;
+      if (r < ndst) vectors &= misalign(dsts[r]) == mis;
+    }
+  }
+  uint64_t head = n, nvec = 0;
+  if (vectors) {
+    head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    nvec = (n - head) / E;
+  }
   const uint64_t tail = head + nvec * E;
   for (uint64_t i = t; i < head; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
   union Pack { uint4 v; T e[E]; };
-  const char* s[NMAX];
-  char* d[NMAX];
+  // Vector pointers even where PIECES moves pieces (only the address
+  // arithmetic; such a vector is read and written through ld16_by /
+  // st16_by): the aligned loop spilled twice as much with byte pointers.
+  const uint4* s[NMAX];
+  uint4* d[NMAX];
 #pragma unroll
   for (uint32_t r = 0; r < NMAX; ++r) {
-    s[r] = r < nsrc ? reinterpret_cast<const char*>(srcs[r] + head) : nullptr;
-    d[r] = r < ndst ? reinterpret_cast<char*>(dsts[r] + head) : nullptr;
+    s[r] = r < nsrc ? reinterpret_cast<const uint4*>(srcs[r] + head) : nullptr;
+    d[r] = r < ndst ? reinterpret_cast<uint4*>(dsts[r] + head) : nullptr;
   }
   for (uint64_t v0 = t; v0 < nvec; v0 += (uint64_t)U * nt) {
     Pack in[NMAX][U];
@@ -437,8 +477,8 @@ __device__ __noinline__ void reduce_balanced_pieces(T* const* dsts, uint32_t nds
 #pragma unroll
         for (uint32_t j = 0; j < U; ++j)
           if (v0 + j * nt < nvec) {
-            const char* at = s[r] + (v0 + j * nt) * 16;
-            in[r][j].v = (src_pieces >> r & 1) ? ld16_by(at, w) : ld_vec_ordered(reinterpret_cast<const uint4*>(at));
+            const uint4* at = s[r] + v0 + j * nt;
+            in[r][j].v = PIECES && (src_pieces >> r & 1) ? ld16_by(reinterpret_cast<const char*>(at), w) : ld_vec_ordered(at);
           }
       }
 #pragma unroll
@@ -460,82 +500,20 @@ __device__ __noinline__ void reduce_balanced_pieces(T* const* dsts, uint32_t nds
       for (uint32_t pass = 0; pass < 2; ++pass)
 #pragma unroll
         for (uint32_t r = 0; r < NMAX; ++r)
-          if (r < ndst && (r >= first) == (pass == 0)) st16_by(d[r] + (v0 + j * nt) * 16, out.v, (dst_pieces >> r & 1) ? w : 16u);
-    }
-  }
-  for (uint64_t i = tail + t; i < n; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
-}
-
-template <typename T, int OP, uint32_t NMAX, uint32_t U>
-__device__ __noinline__ void reduce_balanced(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
-                                                uint32_t first, uint64_t n, uint32_t nranks) {
-  using A = typename Acc<T>::type;
-  constexpr uint32_t E = vec_elems<T>();
-  const uint32_t t = threadIdx.x, nt = blockDim.x;
-  if (n == 0) return;
-  const uint32_t mis = misalign(dsts[0]);
-  bool aligned = true;
-#pragma unroll
-  for (uint32_t r = 0; r < NMAX; ++r) {
-    if (r < nsrc) aligned &= misalign(srcs[r]) == mis;
-    if (r < ndst) aligned &= misalign(dsts[r]) == mis;
-  }
-  // Misaligned pointers: everything is "head", done one element at a time.
-  uint64_t head = n, nvec = 0;
-  if (aligned) {
-    head = ((16 - mis) & 15) / sizeof(T);
-    if (head > n) head = n;
-    nvec = (n - head) / E;
-  }
-  const uint64_t tail = head + nvec * E;
-  for (uint64_t i = t; i < head; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
-  union Pack { uint4 v; T e[E]; };
-  const uint4* s[NMAX];
-  uint4* d[NMAX];
-#pragma unroll
-  for (uint32_t r = 0; r < NMAX; ++r) {
-    s[r] = r < nsrc ? reinterpret_cast<const uint4*>(srcs[r] + head) : nullptr;
-    d[r] = r < ndst ? reinterpret_cast<uint4*>(dsts[r] + head) : nullptr;
-  }
-  for (uint64_t v0 = t; v0 < nvec; v0 += (uint64_t)U * nt) {
-    Pack in[NMAX][U];
-    // Loads: sources first..nsrc-1, then 0..first-1.
-#pragma unroll
-    for (uint32_t pass = 0; pass < 2; ++pass)
-#pragma unroll
-      for (uint32_t r = 0; r < NMAX; ++r) {
-        if (r >= nsrc || (r >= first) != (pass == 0)) continue;
-#pragma unroll
-        for (uint32_t j = 0; j < U; ++j)
-          if (v0 + j * nt < nvec) in[r][j].v = ld_vec_ordered(s[r] + v0 + j * nt);
-      }
-#pragma unroll
-    for (uint32_t j = 0; j < U; ++j) {
-      if (v0 + j * nt >= nvec) continue;
-      // Combine in rank order.
-      A acc[E];
-#pragma unroll
-      for (uint32_t k = 0; k < E; ++k) acc[k] = to_acc(in[0][j].e[k]);
-#pragma unroll
-      for (uint32_t r = 1; r < NMAX; ++r)
-        if (r < nsrc)
-#pragma unroll
-          for (uint32_t k = 0; k < E; ++k) acc[k] = combine<OP>(acc[k], to_acc(in[r][j].e[k]));
-      Pack out;
-#pragma unroll
-      for (uint32_t k = 0; k < E; ++k) out.e[k] = from_acc<T>(finalize<OP>(acc[k], nranks));
-#pragma unroll
-      for (uint32_t pass = 0; pass < 2; ++pass)
-#pragma unroll
-        for (uint32_t r = 0; r < NMAX; ++r)
-          if (r < ndst && (r >= first) == (pass == 0)) d[r][v0 + j * nt] = out.v;
+          if (r < ndst && (r >= first) == (pass == 0)) {
+            uint4* at = d[r] + v0 + j * nt;
+            if (PIECES && (dst_pieces >> r & 1))
+              st16_by(reinterpret_cast<char*>(at), out.v, w);
+            else
+              *at = out.v;
+          }
     }
   }
   for (uint64_t i = tail + t; i < n; i += nt) reduce_one_to<T, OP, NMAX>(dsts, ndst, srcs, nsrc, i, nranks);
 }
 
 // Whether every pointer shares one misalignment (the loops' whole-vector
-// case); otherwise the reductions take reduce_balanced_pieces.
+// case); otherwise the reductions take reduce_balanced's PIECES instance.
 template <typename T>
 __device__ __forceinline__ bool co_aligned(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc) {
   const uint32_t mis = misalign(dsts[0]);
@@ -549,19 +527,33 @@ __device__ __forceinline__ bool co_aligned(T* const* dsts, uint32_t ndst, const 
 // vectors, 2 of each source up to 4 ranks (8 loads in flight per thread
 // and step at 4 ranks, 4 at 2), 1 of each from 5 to 8. Two instances per
 // type and op keep the reduction families' compile time in bounds.
-template <typename T, int OP>
+template <typename T, int OP, bool PIECES = true>
 __device__ __forceinline__ void reduce_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
                                           uint32_t first, uint64_t n, uint32_t nranks) {
-  if (!co_aligned(dsts, ndst, srcs, nsrc)) {
+  if (PIECES && !co_aligned(dsts, ndst, srcs, nsrc)) {
     if (nsrc <= 4)
-      reduce_balanced_pieces<T, OP, 4, 2>(dsts, ndst, srcs, nsrc, first, n, nranks);
+      reduce_balanced<T, OP, 4, 2, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
     else
-      reduce_balanced_pieces<T, OP, 8, 1>(dsts, ndst, srcs, nsrc, first, n, nranks);
+      reduce_balanced<T, OP, 8, 1, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
   } else if (nsrc <= 4) {
-    reduce_balanced<T, OP, 4, 2>(dsts, ndst, srcs, nsrc, first, n, nranks);
+    reduce_balanced<T, OP, 4, 2, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
   } else {
-    reduce_balanced<T, OP, 8, 1>(dsts, ndst, srcs, nsrc, first, n, nranks);
+    reduce_balanced<T, OP, 8, 1, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
   }
+}
+
+// reduce_to in a kernel instance that runs only where some pointer is
+// misaligned (the store-only kernels, write_rounds.cuh vectors_everywhere):
+// the PIECES loops alone, which take co-aligned pointers too, so that the
+// aligned instance is the only caller of the aligned loops (ptxas shares a
+// kernel's registers out among its functions by what is live at each call).
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_pieces_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                                 uint32_t first, uint64_t n, uint32_t nranks) {
+  if (nsrc <= 4)
+    reduce_balanced<T, OP, 4, 2, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
+  else
+    reduce_balanced<T, OP, 8, 1, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
 }
 
 // dst = OP over srcs (rank order) with the loop the kernel's mode asks for.

@@ -40,7 +40,7 @@ __device__ __forceinline__ void rs_write_part(const SymmCollArgs& a, uint64_t ba
 
 // Round `base`'s scatter: this block's part of every other owner's block
 // into that owner's scratch half `par`, in slot `me`.
-template <typename T>
+template <typename T, bool PIECES>
 __device__ __noinline__ void rs_write_scatter(const SymmCollArgs& a, bool classic, uint64_t base, uint32_t par) {
   const uint32_t n = a.nranks, me = a.rank;
   uint64_t lo, hi;
@@ -49,14 +49,14 @@ __device__ __noinline__ void rs_write_scatter(const SymmCollArgs& a, bool classi
   for (uint32_t k = 1; k < n; ++k) {
     const uint32_t j = (me + k) % n;  // spread the stores over the links
     char* slot = scratch_in(a, j, par) + ((uint64_t)me * a.chunk + lo) * sizeof(T);
-    copy_any(classic, slot, reinterpret_cast<const char*>(send + (uint64_t)j * a.count + base + lo),
+    copy_any<PIECES>(classic, slot, reinterpret_cast<const char*>(send + (uint64_t)j * a.count + base + lo),
              (hi - lo) * sizeof(T), true);
   }
 }
 
 // Round `base`'s reduction: this block's part of the owner's block, from
 // its own input and the peers' copies in scratch half `par`.
-template <typename T, int OP>
+template <typename T, int OP, bool PIECES>
 __device__ __forceinline__ void rs_write_reduce(const SymmCollArgs& a, uint64_t base, uint32_t par) {
   const uint32_t n = a.nranks, me = a.rank;
   uint64_t lo, hi;
@@ -70,11 +70,14 @@ __device__ __forceinline__ void rs_write_reduce(const SymmCollArgs& a, uint64_t 
     from[r] = r == me ? send + (uint64_t)me * a.count + base + lo : mine + (uint64_t)r * a.chunk + lo;
   }
   T* to = reinterpret_cast<T*>(a.recv) + base + lo;
-  reduce_to<T, OP>(&to, 1, from, n, me, hi - lo, n);
+  if constexpr (PIECES)
+    reduce_pieces_to<T, OP>(&to, 1, from, n, me, hi - lo, n);
+  else
+    reduce_to<T, OP, false>(&to, 1, from, n, me, hi - lo, n);
 }
 
-template <typename T, int OP>
-__device__ void reduce_scatter_write_body(const SymmCollArgs& a) {
+template <typename T, int OP, bool PIECES>
+__device__ __forceinline__ void reduce_scatter_write_run(const SymmCollArgs& a) {
   SYMM_COLL_PROLOGUE(a, s)
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
   // Entry: every peer has started this kernel, so none still reads the
@@ -83,10 +86,20 @@ __device__ void reduce_scatter_write_body(const SymmCollArgs& a) {
   // Pipelined by one round (write_rounds.cuh: scattered, synced and reduced
   // in turn, a block's links idled while it reduced).
   const bool ok = store_only_rounds(
-      a, s, [&](uint64_t base, uint32_t par) { rs_write_scatter<T>(a, classic, base, par); },
-      [&](uint64_t base, uint32_t par) { rs_write_reduce<T, OP>(a, base, par); });
+      a, s, [&](uint64_t base, uint32_t par) { rs_write_scatter<T, PIECES>(a, classic, base, par); },
+      [&](uint64_t base, uint32_t par) { rs_write_reduce<T, OP, PIECES>(a, base, par); });
   if (!ok) return;
   SYMM_COLL_EPILOGUE(a, s)
+}
+
+// The instance without the pieces loops where every block is aligned
+// (write_rounds.cuh vectors_everywhere).
+template <typename T, int OP>
+__device__ void reduce_scatter_write_body(const SymmCollArgs& a) {
+  if (vectors_everywhere(a, sizeof(T)))
+    reduce_scatter_write_run<T, OP, false>(a);
+  else
+    reduce_scatter_write_run<T, OP, true>(a);
 }
 
 SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_REDUCE_KERNEL, reduce_scatter_write)

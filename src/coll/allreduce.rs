@@ -9,15 +9,29 @@
 //! entry and exit only), `pipe` otherwise (per-chunk flags through scratch
 //! slots instead of two whole-grid syncs per round), for 16- and 32-bit
 //! floats. `write` (allreduce_write.rs) stores only: any input, a
-//! symmetric/registered output; `auto` takes it from 16 MiB at 4 ranks,
-//! 64 MiB at 3 and 256 MiB at 2 (defaults.rs).
+//! symmetric/registered output; `auto` takes it from 16 MiB at 4 ranks
+//! (64 MiB where the push kernel applies), 64 MiB at 3 and 256 MiB at 2
+//! (defaults.rs).
 
 use super::{
-    even_rounds, opt_in_dtype, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
+    even_rounds, opt_in_dtype, push_before_write, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
     FAMILY_ALLREDUCE_LL_TWO_SHOT, FAMILY_ALLREDUCE_PIPE, FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
 use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
+
+/// The two-shot push kernel, where send and recv are both
+/// symmetric/registered (else None). Safe in place too: rank j reads and
+/// writes element i of every rank only in slice j (kernels/allreduce_push.cu).
+fn launch_push(call: &Call, bytes: u64) -> Option<Result<()>> {
+    let mut p = call.args();
+    if !(call.direct(&mut p) && call.direct_output(&mut p)) {
+        return None;
+    }
+    p.mode |= MODE_TWO_SHOT | MODE_PUSH | MODE_END_SYNC;
+    let grid = call.grid(bytes);
+    Some(call.launch(reduce_kernel(FAMILY_ALLREDUCE_PUSH, call.dtype), grid, &mut p))
+}
 
 pub fn all_reduce(call: &Call) -> Result<()> {
     let n = call.comm.nranks;
@@ -46,19 +60,22 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     // two-shot kernel even where `auto` runs one-shot loops (2 ranks): any
     // input, the output symmetric/registered, else the choices below.
     let default_write = write_by_default(call.defaulted, n, bytes);
+    // Where both kernels are `auto`'s, the push first below the size
+    // defaults.rs gives (4 ranks: the write kernel from 64 MiB when both
+    // buffers are symmetric/registered, from 16 MiB otherwise).
+    if default_push && default_write && push_before_write(call.defaulted, n, bytes) && opt_in {
+        if let Some(launched) = launch_push(call, bytes) {
+            return launched;
+        }
+    }
     if (two_shot && algo.write || default_write) && opt_in {
         if let Some(launched) = super::allreduce_write::launch(call, bytes) {
             return launched;
         }
     }
     if (two_shot && algo.push || default_push) && opt_in {
-        // Safe in place too: rank j reads and writes element i of every
-        // rank only in slice j (kernels/allreduce_push.cu).
-        let mut p = call.args();
-        if call.direct(&mut p) && call.direct_output(&mut p) {
-            p.mode |= MODE_TWO_SHOT | MODE_PUSH | MODE_END_SYNC;
-            let grid = call.grid(bytes);
-            return call.launch(reduce_kernel(FAMILY_ALLREDUCE_PUSH, call.dtype), grid, &mut p);
+        if let Some(launched) = launch_push(call, bytes) {
+            return launched;
         }
     }
     if two_shot && algo.pipe && opt_in {

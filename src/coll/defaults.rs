@@ -53,9 +53,13 @@ const PUSH_DEFAULT_MIN_BYTES: u64 = 1 << 20;
 /// ([`WRITE_DEFAULT_FROM`]).
 const PUSH_DEFAULT_RANKS: [usize; 3] = [2, 3, 4];
 
-/// The rank counts where the all-gather push default was measured (at 3
-/// ranks it was not).
-const ALLGATHER_PUSH_DEFAULT_RANKS: [usize; 2] = [2, 4];
+/// The rank counts where the all-gather push default was measured. At 3
+/// ranks on 4 x H100 (2026-11-28, eleventh session, after the misaligned
+/// blocks' fix, bf16, symmetric buffers, graph replayed) the push against
+/// the pull, the faster NCCL column over each: 1 MiB 0.99 / 0.79x, 4 MiB
+/// 1.03 / 0.90x, 16 MiB 1.15 / 1.03x, 64 MiB - 1 GiB 1.25-1.27 /
+/// 1.13-1.14x (docs/perf/measure-4xH100-2026-11-28-s11.md).
+const ALLGATHER_PUSH_DEFAULT_RANKS: [usize; 3] = [2, 3, 4];
 
 /// Whether `auto` runs the two-shot push kernel for this all-reduce (the
 /// kernel still needs both buffers symmetric or registered, and a 16- or
@@ -81,6 +85,24 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
 /// against 1.11x). Other rank counts: not measured, no default.
 const WRITE_DEFAULT_FROM: [(usize, u64); 3] = [(2, 256 << 20), (3, 64 << 20), (4, 16 << 20)];
 
+/// Below these sizes an all-reduce for which `auto` would take both the
+/// push and the write kernel runs the push (both buffers
+/// symmetric/registered): (ranks, bytes). On 4 x H200 (2026-11-28, twelfth
+/// session, bf16, graph replayed, 4 ranks) 16 MiB push 91.4 against write
+/// 100.0 us (1.05x and 0.96x NCCL's best), 64 MiB 333.7 against 313.9; on
+/// 4 x H100 the same session 16 MiB push 93.6 us, and the write kernel
+/// 102.1 the session before (the ninth's 90.4 against 93.1 predates the
+/// pipelined write kernel). A plain sendbuff keeps the write kernel from
+/// 16 MiB ([`WRITE_DEFAULT_FROM`]: the push cannot take it).
+const PUSH_BEFORE_WRITE_BELOW: [(usize, u64); 1] = [(4, 64 << 20)];
+
+/// Whether `auto` tries the push kernel before the write kernel for this
+/// all-reduce (both its defaults; the push still needs both buffers
+/// symmetric/registered: the caller checks).
+pub(crate) fn push_before_write(defaulted: bool, nranks: usize, bytes: u64) -> bool {
+    defaulted && PUSH_BEFORE_WRITE_BELOW.iter().any(|&(n, below)| n == nranks && bytes < below)
+}
+
 /// Whether `auto` runs the write-only two-shot kernel for this all-reduce
 /// (the kernel still needs the output symmetric or registered and a 16- or
 /// 32-bit float: the caller checks those; otherwise the push default).
@@ -95,12 +117,18 @@ pub(crate) fn write_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bo
 /// 1704 us against the staged pull's 1899 (1.20x against 1.08x the faster
 /// NCCL column), 256 MiB 474 against 481; below it loses (64 MiB 148
 /// against 129, 4 MiB 16.8 against 14.3). A symmetric input keeps the pull
-/// (1 GiB 1608 against 1697). Other rank counts: not measured, no default
-/// (3 ranks, where the pull is slowest, waits for a machine of 4 GPUs).
+/// (1 GiB 1608 against 1697). At 4 ranks on 4 x H200 (2026-11-28, twelfth
+/// session, bf16, graph replayed, a plain input): 64 MiB 205.6 against the
+/// staged pull's 220.9 us, 256 MiB 696.1 against 794.4, 1 GiB 2523 against
+/// 2823 (0.91-0.99x NCCL's best against 0.84-0.88x); 16 MiB 66.8 against
+/// 59.3. At 3 ranks (the same run, blocks not multiples of 16 bytes): 256
+/// MiB 777.1 against 781.9 (1.01x and 1.00x), 1 GiB 2917 against 3194
+/// (1.01x and 0.93x); 64 MiB 237.1 against 215.6. 5-8 ranks: not measured,
+/// no default.
 /// As for the push all-reduce, ranks that pass inputs of different
 /// classes run different kernels, which the protocol check at the first
 /// sync reports as symmInvalidUsage.
-const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 1] = [(2, 256 << 20)];
+const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 3] = [(2, 256 << 20), (3, 256 << 20), (4, 64 << 20)];
 
 /// Whether `auto` runs the store-only reduce-scatter for an input of
 /// `bytes` (all blocks) that is `staged` (not symmetric or registered;
@@ -230,7 +258,7 @@ mod tests {
     #[test]
     fn allgather_pushes_by_default_at_measured_rank_counts_only() {
         assert!(allgather_push_by_default(true, 2) && allgather_push_by_default(true, 4));
-        assert!(!allgather_push_by_default(true, 3), "not measured at 3 ranks");
+        assert!(allgather_push_by_default(true, 3), "measured at 3 ranks (eleventh session)");
         assert!(!allgather_push_by_default(true, 8));
         assert!(!allgather_push_by_default(false, 2), "an explicit SYMM_ALGO keeps the pull");
     }
@@ -256,11 +284,22 @@ mod tests {
     }
 
     #[test]
+    fn push_before_write_below_64_mib_at_4_ranks() {
+        assert!(push_before_write(true, 4, 16 << 20) && !push_before_write(true, 4, 64 << 20));
+        assert!(!push_before_write(true, 3, 16 << 20), "3 ranks: the write kernel starts at 64 MiB anyway");
+        assert!(!push_before_write(false, 4, 16 << 20), "SYMM_ALGO chose");
+    }
+
+    #[test]
     fn reduce_scatter_writes_by_default_from_the_measured_size_on_plain_inputs() {
         assert!(reduce_scatter_write_by_default(true, 2, 256 << 20, true));
         assert!(!reduce_scatter_write_by_default(true, 2, 64 << 20, true), "below 256 MiB the pull is faster");
         assert!(!reduce_scatter_write_by_default(true, 2, 1 << 30, false), "a symmetric input keeps the pull");
-        assert!(!reduce_scatter_write_by_default(true, 3, 1 << 30, true), "not measured at 3 ranks");
+        assert!(reduce_scatter_write_by_default(true, 4, 64 << 20, true), "4 ranks: from 64 MiB");
+        assert!(!reduce_scatter_write_by_default(true, 4, 16 << 20, true), "4 ranks: below 64 MiB the pull");
+        assert!(reduce_scatter_write_by_default(true, 3, 256 << 20, true), "3 ranks: from 256 MiB");
+        assert!(!reduce_scatter_write_by_default(true, 3, 64 << 20, true), "3 ranks: below 256 MiB the pull");
+        assert!(!reduce_scatter_write_by_default(true, 8, 1 << 30, true), "not measured at 8 ranks");
         assert!(!reduce_scatter_write_by_default(false, 2, 1 << 30, true), "SYMM_ALGO chose");
     }
 

@@ -52,7 +52,9 @@ use crate::types::{symmDataType_t, symmRedOp_t, RawDataType, RawRedOp};
 use crate::memory::index::{BufferEntry, BufferKind};
 
 use defaults::*;
-pub(crate) use defaults::{allgather_push_by_default, push_by_default, reduce_scatter_write_by_default, write_by_default};
+pub(crate) use defaults::{
+    allgather_push_by_default, push_before_write, push_by_default, reduce_scatter_write_by_default, write_by_default,
+};
 
 /// A validated collective call, as every collective's file sees it.
 pub struct Call<'a> {
