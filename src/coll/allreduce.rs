@@ -63,7 +63,8 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     // Where both kernels are `auto`'s, the push first below the size
     // defaults.rs gives (4 ranks: the write kernel from 64 MiB when both
     // buffers are symmetric/registered, from 16 MiB otherwise).
-    if default_push && default_write && push_before_write(call.defaulted, n, bytes) && opt_in {
+    let push_first = default_push && default_write && push_before_write(call.defaulted, n, bytes) && opt_in;
+    if push_first {
         if let Some(launched) = launch_push(call, bytes) {
             return launched;
         }
@@ -73,7 +74,8 @@ pub fn all_reduce(call: &Call) -> Result<()> {
             return launched;
         }
     }
-    if (two_shot && algo.push || default_push) && opt_in {
+    // (Not again where it was tried first: the buffers have not changed.)
+    if (two_shot && algo.push || default_push) && opt_in && !push_first {
         if let Some(launched) = launch_push(call, bytes) {
             return launched;
         }

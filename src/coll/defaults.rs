@@ -82,7 +82,9 @@ pub(crate) fn push_by_default(defaulted: bool, nranks: usize, bytes: u64) -> boo
 /// kernel's 312.7 us (16 MiB 88.0 against 85.4), 256 MiB 1.087 against
 /// 1.201 ms (1.03x and 1.00x NCCL's best); at 2 ranks even at 64 MiB
 /// (207.5 against 208.3 us), 256 MiB 759.7 against 796.0 (1.17x NCCL
-/// against 1.11x). Other rank counts: not measured, no default.
+/// against 1.11x). Other rank counts: not measured, no default. Where the
+/// push kernel can also run (both buffers symmetric/registered), it goes
+/// first below [`PUSH_BEFORE_WRITE_BELOW`] (twelfth session).
 const WRITE_DEFAULT_FROM: [(usize, u64); 3] = [(2, 256 << 20), (3, 64 << 20), (4, 16 << 20)];
 
 /// Below these sizes an all-reduce for which `auto` would take both the
