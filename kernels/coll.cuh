@@ -248,8 +248,10 @@ __device__ __forceinline__ void copy_bytes_by(char* dst, const char* src, uint64
   } else if constexpr (PIECES) {
     copy_bytes_pieces(dst, src, n, t, nt, to_peer);
   } else {
-    // Unrelated misalignments, in a kernel instance built without the
-    // pieces loop (PIECES, below): bytes, several in flight per thread.
+    // Unrelated misalignments without PIECES: bytes, several in flight per
+    // thread. The store-only kernels' aligned instances never get here
+    // (every pointer they form is 16-byte aligned: vectors_everywhere); the
+    // loop keeps them correct for any input without a call in them.
     constexpr uint32_t U = SYMM_COPY_DEPTH;
     for (uint64_t i = t; i < n; i += (uint64_t)U * nt) {
       char v[U];
@@ -436,9 +438,11 @@ __device__ __noinline__ void reduce_balanced(T* const* dsts, uint32_t ndst, cons
       w = min(w, min(x, y));
     }
   }
-  // Without PIECES, pointers whose misalignments differ are all "head",
-  // done one element at a time (the store-only kernels' aligned instances
-  // meet them only at odd offsets).
+  // Without PIECES, pointers whose misalignments differ would all be
+  // "head", done one element at a time. Its callers never pass them
+  // (reduce_to checks co_aligned, the store-only kernels' aligned instances
+  // vectors_everywhere); the check stays as the safety net it was before
+  // the PIECES instance existed (taken out, the loop spilled more: ptxas).
   bool vectors = true;
   if constexpr (!PIECES) {
 #pragma unroll
@@ -523,25 +527,8 @@ __device__ __forceinline__ bool co_aligned(T* const* dsts, uint32_t ndst, const 
   return aligned;
 }
 
-// The balanced loop instantiated for the rank count: registers for 8
-// vectors, 2 of each source up to 4 ranks (8 loads in flight per thread
-// and step at 4 ranks, 4 at 2), 1 of each from 5 to 8. Two instances per
-// type and op keep the reduction families' compile time in bounds.
-template <typename T, int OP, bool PIECES = true>
-__device__ __forceinline__ void reduce_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
-                                          uint32_t first, uint64_t n, uint32_t nranks) {
-  if (PIECES && !co_aligned(dsts, ndst, srcs, nsrc)) {
-    if (nsrc <= 4)
-      reduce_balanced<T, OP, 4, 2, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
-    else
-      reduce_balanced<T, OP, 8, 1, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
-  } else if (nsrc <= 4) {
-    reduce_balanced<T, OP, 4, 2, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
-  } else {
-    reduce_balanced<T, OP, 8, 1, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
-  }
-}
-
+// The PIECES loops instantiated for the rank count (as reduce_to's, below):
+// reduce_to's choice for pointers whose misalignments differ, and, alone,
 // reduce_to in a kernel instance that runs only where some pointer is
 // misaligned (the store-only kernels, write_rounds.cuh vectors_everywhere):
 // the PIECES loops alone, which take co-aligned pointers too, so that the
@@ -554,6 +541,22 @@ __device__ __forceinline__ void reduce_pieces_to(T* const* dsts, uint32_t ndst, 
     reduce_balanced<T, OP, 4, 2, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
   else
     reduce_balanced<T, OP, 8, 1, true>(dsts, ndst, srcs, nsrc, first, n, nranks);
+}
+
+// The balanced loop instantiated for the rank count: registers for 8
+// vectors, 2 of each source up to 4 ranks (8 loads in flight per thread
+// and step at 4 ranks, 4 at 2), 1 of each from 5 to 8. Two instances per
+// type and op keep the reduction families' compile time in bounds.
+template <typename T, int OP, bool PIECES = true>
+__device__ __forceinline__ void reduce_to(T* const* dsts, uint32_t ndst, const T* const* srcs, uint32_t nsrc,
+                                          uint32_t first, uint64_t n, uint32_t nranks) {
+  if (PIECES && !co_aligned(dsts, ndst, srcs, nsrc)) {
+    reduce_pieces_to<T, OP>(dsts, ndst, srcs, nsrc, first, n, nranks);
+  } else if (nsrc <= 4) {
+    reduce_balanced<T, OP, 4, 2, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
+  } else {
+    reduce_balanced<T, OP, 8, 1, false>(dsts, ndst, srcs, nsrc, first, n, nranks);
+  }
 }
 
 // dst = OP over srcs (rank order) with the loop the kernel's mode asks for.

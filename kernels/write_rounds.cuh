@@ -17,7 +17,7 @@
 
 // Whether every pointer a store-only kernel forms is 16-byte aligned: the
 // buffers (a.src[r] holds each rank's output in allreduce_write.cu, and is
-// unused elsewhere), blocks of `count` and slots of `chunk` elements of
+// zero in the other two), blocks of `count` and slots of `chunk` elements of
 // `elem_size` bytes. Then the kernel runs its instance without the pieces
 // loops (coll.cuh PIECES), whose mere presence in the kernel cost the
 // aligned loops registers: 4 ranks, reduce-scatter `write` 1 GiB 2525 ->
