@@ -282,7 +282,13 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // of blocks. Flags at SYMM_P2P_SIZED_DELTA words after the fixed kernel's
 // (SymmP2PArgs::flags, peer_flags[r]); word offsets below.
 #define SYMM_P2P_CHUNK (16u << 10)          // bytes per chunk: one warp group's unit between flags
-#define SYMM_P2P_RING 256u                  // chunk slots per channel
+#define SYMM_P2P_RING 256u                  // chunk slots per channel by default (4 MiB)
+#define SYMM_P2P_RING_MAX 1024u             // the most (SYMM_P2P_RING_BYTES = 16 MiB): the flags' room
+// SymmP2PArgs::mode bits 24-27 (the sized kernel): log2 of the ring's chunk
+// slots (SYMM_P2P_RING_BYTES / SYMM_P2P_CHUNK: 8-10), 0 for SYMM_P2P_RING;
+// the channel's slots are then 2 x SymmP2PArgs::slot_bytes bytes. The same
+// on every rank (a communicator setting).
+#define SYMM_P2P_RING_SHIFT 24u
 #define SYMM_P2P_GROUP 128u                 // threads per warp group by default
 // SymmP2PArgs::mode bits 12-15 (the sized kernel): log2 of the threads per
 // warp group (6-9: 64-512), 0 for SYMM_P2P_GROUP. Sender and receiver may
@@ -294,17 +300,22 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // which messages offer the direct push (p2p:direct=KIB), 0 for
 // SYMM_P2P_DIRECT_MIN. Both ends of a pair must agree (same SYMM_ALGO).
 #define SYMM_P2P_DIRECT_SHIFT 16u
+// SymmP2PArgs::mode bits 21-23 (the sized kernel): log2 of the stride, the
+// ring chunks a warp group moves between its flags (p2p:stride=S: 1-16;
+// 0: one chunk, the kernel of before). Sender and receiver may differ.
+#define SYMM_P2P_STRIDE_SHIFT 21u
+#define SYMM_P2P_STRIDE_MAX 16u
 #define SYMM_P2P_NO_DIRECT (~0ull)
 #define SYMM_P2P_SIZE_TAG 0xFE000000u       // SymmStatus mine[0]/theirs[0]: a send and its receive disagree on the size
 #define SYMM_P2P_SIZED_DELTA 10752u          // words from the fixed kernel's flags to the sized kernel's
-#define SYMM_P2PS_READY(sender, slot) ((sender) * SYMM_P2P_RING + (slot))        // receiver's pad: chunk seq + 1
-#define SYMM_P2PS_DONE(receiver, slot) ((SYMM_MAX_RANKS + (receiver)) * SYMM_P2P_RING + (slot))  // sender's pad
+#define SYMM_P2PS_READY(sender, slot) ((sender) * SYMM_P2P_RING_MAX + (slot))    // receiver's pad: chunk seq + 1
+#define SYMM_P2PS_DONE(receiver, slot) ((SYMM_MAX_RANKS + (receiver)) * SYMM_P2P_RING_MAX + (slot))  // sender's pad
 // sender's pad, per receiver: {call + 1, offset bits 0-31, offset bits 32-39 (0xff: no direct push) | receiver's
 // bytes bits 32-55 << 8, receiver's bytes bits 0-31}. The sender compares the receiver's bytes with its own before
 // storing anything (a larger send would write past a directly pushed-into buffer).
-#define SYMM_P2PS_XDESC(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + (receiver) * 4)
-#define SYMM_P2PS_ARRIVED(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 32 + (sender))    // receiver's pad: direct chunks
-#define SYMM_P2PS_LOCAL(kind, peer) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 40 + (kind) * SYMM_MAX_RANKS + (peer))
+#define SYMM_P2PS_XDESC(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + (receiver) * 4)
+#define SYMM_P2PS_ARRIVED(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 32 + (sender))    // receiver's pad: direct chunks
+#define SYMM_P2PS_LOCAL(kind, peer) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + (kind) * SYMM_MAX_RANKS + (peer))
 #define SYMM_P2PS_SEND_SEQ 0     // local: staged chunks sent on the channel to peer
 #define SYMM_P2PS_RECV_SEQ 1     // local: staged chunks taken from peer
 #define SYMM_P2PS_SEND_CALL 2    // local: calls >= SYMM_P2P_DIRECT_MIN sent to peer
@@ -312,4 +323,8 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 #define SYMM_P2PS_RECV_DIRECT 4  // local: chunks peer pushed directly
 #define SYMM_P2PS_SEND_FIN 5     // local: blocks of the current send to peer that finished
 #define SYMM_P2PS_RECV_FIN 6     // local: ... of the current receive
-#define SYMM_P2PS_WORDS (2 * SYMM_MAX_RANKS * SYMM_P2P_RING + 40 + 7 * SYMM_MAX_RANKS)
+// Receiver's pad, written by a sender whose size differs from the receiver's
+// descriptor: {call + 1, the sender's bytes (low, high)}, so that the
+// receiver fails with the mismatch too instead of waiting for its timeout.
+#define SYMM_P2PS_NACK(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 7 * SYMM_MAX_RANKS + (sender) * 4)
+#define SYMM_P2PS_WORDS (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 11 * SYMM_MAX_RANKS)

@@ -91,8 +91,9 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // Chunks. A channel (sender -> receiver) numbers its staged chunks q = 0,
 // 1, ... across calls (counters in each side's pad, advanced by kernels, so
 // graph replays continue the series). Chunk q of SYMM_P2P_CHUNK bytes goes
-// to ring slot q % SYMM_P2P_RING of the channel's 4 MiB in the receiver's
-// memory. Warp groups of SYMM_P2P_GROUP threads take an operation's chunks
+// to ring slot q % RING of the channel's SYMM_P2P_RING_BYTES (4 MiB, 256
+// slots, by default; up to 16 MiB, 1024 slots: mode bits 24-27) in the
+// receiver's memory. Warp groups of SYMM_P2P_GROUP threads take an operation's chunks
 // in turn (group g of G: chunks g, g + G, ...), each on its own:
 //   sender:   wait until DONE[slot] >= q + 1 - RING (the receiver took chunk
 //             q - RING out of the slot), store the chunk into the slot,
@@ -104,6 +105,20 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // in that release does not hold up the block's other groups, which keep
 // copying. With 16 blocks of 4 groups on a 256-chunk ring each group has 4
 // chunks of slack before it waits for the receiver.
+//
+// Stride (p2p:stride=S, mode bits 21-23). A group may take S consecutive
+// chunks at a time (steps g, g + G, ... of S chunks): S lanes wait for the
+// S slots at once, the group copies the S chunks, and one fence publishes
+// them all (the S flags then go out as plain stores after it, the release
+// pattern fence + strong store). S adapts to the message: at most the
+// operation's chunks per group (G groups on this side), so that messages of
+// fewer than G x S chunks keep every group working (one GPU, ranks
+// co-resident: a fixed S = 4 took 256 KiB - 4 MiB 1.3-1.7x longer). The flags stay per chunk, so the ring,
+// the counters and the other side are as with S = 1, and sender and
+// receiver may use different strides. What it changes: the release, which
+// waits until the group's stores across NVLink have landed, is paid once
+// per S chunks instead of once per chunk, and the S slots' waits overlap.
+// S = 1 is the kernel of before, flag for flag.
 //
 // Blocks with no chunk (more groups than chunks) leave at once; the last of
 // the others to finish advances the channel's counters for the next call.
@@ -118,7 +133,10 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // size mismatch; its receiver, never served, times out. With an offset, the
 // sender's groups store straight into the receiver's buffer (no ring, no
 // per-chunk flags) and each adds its chunk count to ARRIVED in the
-// receiver's pad (release); the receiver waits for the call's total. The
+// receiver's pad (release); the receiver waits for the call's total.
+// A sender whose size differs also writes {call + 1, its bytes} to NACK in
+// the receiver's pad, which the receiver's waits watch: both ends fail with
+// the mismatch (naming both sizes) within their first poll of it. The
 // receiver's kernel has started when it publishes the descriptor, so its
 // stream is done with the buffer. A receiver's next call cannot begin
 // before every chunk of this one arrived, which every sender block with
@@ -126,8 +144,15 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // word per channel suffices.
 
 // Chunk numbers wrap at 2^32; q % RING continues across the wrap only when
-// RING divides 2^32.
+// RING divides 2^32: a power of two (the host passes its log2).
 static_assert((SYMM_P2P_RING & (SYMM_P2P_RING - 1)) == 0, "SYMM_P2P_RING must be a power of two");
+static_assert((SYMM_P2P_RING_MAX & (SYMM_P2P_RING_MAX - 1)) == 0, "SYMM_P2P_RING_MAX must be a power of two");
+
+// Chunk slots of the channel's ring (mode bits 24-27), at most RING_MAX.
+__device__ __forceinline__ uint32_t p2p_ring(uint32_t mode) {
+  const uint32_t log2 = (mode >> SYMM_P2P_RING_SHIFT) & 15u;
+  return log2 ? min(1u << log2, SYMM_P2P_RING_MAX) : SYMM_P2P_RING;
+}
 
 __device__ __forceinline__ void group_barrier(uint32_t group, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(threads) : "memory");
@@ -149,6 +174,11 @@ __device__ __forceinline__ uint64_t p2p_direct_min(uint32_t mode) {
   return log2 ? 1024ull << log2 : SYMM_P2P_DIRECT_MIN;
 }
 
+// Chunks a warp group moves between its flags (mode bits 21-23).
+__device__ __forceinline__ uint32_t p2p_stride(uint32_t mode) {
+  return 1u << min((mode >> SYMM_P2P_STRIDE_SHIFT) & 7u, 4u);
+}
+
 // Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
 __device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p, uint32_t target, uint32_t peer,
                                          uint32_t detail) {
@@ -156,6 +186,65 @@ __device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p
   while (!symm_seq_geq(symm_ld_acquire_sys(p), target))
     if (spin.give_up()) return false;
   return true;
+}
+
+// A receiver's wait: as wait_geq, but it also watches the NACK its sender
+// writes on a size mismatch for call `call` (offered calls only; `nack` is
+// null otherwise), and then records the mismatch and gives up.
+__device__ __forceinline__ bool wait_geq_or_nack(const SymmP2PArgs& a, const uint32_t* p, uint32_t target,
+                                                 const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
+                                                 uint32_t detail) {
+  SymmSpin spin(a.wait, peer, detail);
+  while (!symm_seq_geq(symm_ld_acquire_sys(p), target)) {
+    if (nack && symm_ld_acquire_sys(nack) == call + 1) {
+      const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 1};
+      const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, ((const volatile uint32_t*)nack)[1],
+                             ((const volatile uint32_t*)nack)[2], 0};
+      spin.record_mismatch(m, t);
+      return false;
+    }
+    if (spin.give_up()) return false;
+  }
+  return true;
+}
+
+// Publish the flags of `n` consecutive chunks q0.. of a channel (the
+// group's copies are ordered before by the group barrier): one release
+// store for one chunk, else one fence and plain stores.
+__device__ __forceinline__ void publish_chunks(uint32_t* flags_of_slot0, uint32_t q0, uint32_t n, uint32_t ring) {
+  if (n == 1) {
+    symm_st_release_sys(flags_of_slot0 + q0 % ring, q0 + 1);
+    return;
+  }
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+  for (uint32_t u = 0; u < n; ++u)
+    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(flags_of_slot0 + (q0 + u) % ring), "r"(q0 + u + 1)
+                 : "memory");
+}
+
+// Copy `n` chunks starting at chunk c0 of the operation (ring chunk q0) by
+// one warp group: one copy where the ring slots are contiguous, else one per
+// chunk. `to_ring`: into the ring (sender), else out of it.
+__device__ __forceinline__ void copy_chunks(char* ring, uint32_t slots, char* buf, uint64_t bytes, uint32_t c0,
+                                            uint32_t q0, uint32_t n, bool to_ring, uint32_t lane, uint32_t gt) {
+  const uint64_t off = (uint64_t)c0 * SYMM_P2P_CHUNK, len = min((uint64_t)n * SYMM_P2P_CHUNK, bytes - off);
+  const uint32_t slot = q0 % slots;
+  if (slot + n <= slots) {
+    char* r = ring + (uint64_t)slot * SYMM_P2P_CHUNK;
+    if (to_ring)
+      copy_bytes_by(r, buf + off, len, lane, gt, true);
+    else
+      copy_bytes_by(buf + off, r, len, lane, gt);
+    return;
+  }
+  for (uint32_t u = 0; u < n; ++u) {
+    const uint64_t o = off + (uint64_t)u * SYMM_P2P_CHUNK, l = min((uint64_t)SYMM_P2P_CHUNK, bytes - o);
+    char* r = ring + (uint64_t)((q0 + u) % slots) * SYMM_P2P_CHUNK;
+    if (to_ring)
+      copy_bytes_by(r, buf + o, l, lane, gt, true);
+    else
+      copy_bytes_by(buf + o, r, l, lane, gt);
+  }
 }
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2PArgs a) {
@@ -198,6 +287,11 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
             const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)op.bytes, (uint32_t)(op.bytes >> 32), 0};
             const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)their_bytes, (uint32_t)(their_bytes >> 32), 1};
             SymmSpin(a.wait, peer, jb).record_mismatch(m, t);
+            // Tell the receiver (every block of the send writes the same words).
+            uint32_t* nack = theirs + SYMM_P2PS_NACK(a.rank);
+            nack[1] = (uint32_t)op.bytes;
+            nack[2] = (uint32_t)(op.bytes >> 32);
+            symm_st_release_sys(nack, call + 1);
             failed = 1;
           } else if ((hi & 0xffu) != 0xffu) {
             direct = (uint64_t)desc[1] | (uint64_t)(hi & 0xffu) << 32;
@@ -228,6 +322,13 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   int fail = failed;
   const char* channel_in = a.slots + (uint64_t)peer * 2 * a.slot_bytes;                // receiver: from peer
   char* channel_out = a.peer_slots[peer] + (uint64_t)a.rank * 2 * a.slot_bytes;        // sender: to peer
+  // The stride adapts to the message: at most the knob's, and no more than
+  // the operation's chunks per warp group, so that a message with fewer
+  // chunks than groups x stride still keeps every group busy.
+  const uint32_t stride = max(1u, min(p2p_stride(a.mode), nchunks / ngroups));
+  const uint32_t nsteps = (nchunks + stride - 1) / stride, ring = p2p_ring(a.mode);
+  // A receiver of an offered call watches its sender's NACK.
+  const uint32_t* nack = offered && !op.is_send ? mine + SYMM_P2PS_NACK(peer) : nullptr;
   if (!fail && op.is_send && is_direct) {
     char* dst = a.heap[peer] + direct;
     uint32_t sent = 0;
@@ -238,36 +339,40 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
     group_barrier(group, gt);
     if (lane == 0 && sent) red_add_release_sys(theirs + SYMM_P2PS_ARRIVED(a.rank), sent);
   } else if (!fail && op.is_send) {
-    for (uint32_t c = g; c < nchunks; c += ngroups) {
-      const uint32_t q = base + c, slot = q % SYMM_P2P_RING;
-      const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
-      if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_DONE(peer, slot), q + 1 - SYMM_P2P_RING, peer, jb))
+    // Step s: chunks [s * stride, +n) of the operation, ring chunks q0...
+    for (uint32_t s = g; s < nsteps; s += ngroups) {
+      const uint32_t c0 = s * stride, n = min(stride, nchunks - c0), q0 = base + c0;
+      if (lane < n && !wait_geq(a, mine + SYMM_P2PS_DONE(peer, (q0 + lane) % ring), q0 + lane + 1 - ring, peer, jb))
         group_failed[group] = 1;
       group_barrier(group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
-      copy_bytes_by(channel_out + (uint64_t)slot * SYMM_P2P_CHUNK, reinterpret_cast<const char*>(op.buf) + off, len,
-                    lane, gt, true);
+      copy_chunks(channel_out, ring, const_cast<char*>(reinterpret_cast<const char*>(op.buf)), op.bytes, c0, q0, n,
+                  true, lane, gt);
       group_barrier(group, gt);
-      if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_READY(a.rank, slot), q + 1);
+      if (lane == 0) publish_chunks(theirs + SYMM_P2PS_READY(a.rank, 0), q0, n, ring);
     }
   } else if (!fail && is_direct) {
-    if (threadIdx.x == 0 && !wait_geq(a, mine + SYMM_P2PS_ARRIVED(peer), direct_base + nchunks, peer, jb)) fail = 1;
+    if (threadIdx.x == 0 &&
+        !wait_geq_or_nack(a, mine + SYMM_P2PS_ARRIVED(peer), direct_base + nchunks, nack, call, op.bytes, peer, jb))
+      fail = 1;
   } else if (!fail) {
-    for (uint32_t c = g; c < nchunks; c += ngroups) {
-      const uint32_t q = base + c, slot = q % SYMM_P2P_RING;
-      const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
-      if (lane == 0 && !wait_geq(a, mine + SYMM_P2PS_READY(peer, slot), q + 1, peer, jb)) group_failed[group] = 1;
+    for (uint32_t s = g; s < nsteps; s += ngroups) {
+      const uint32_t c0 = s * stride, n = min(stride, nchunks - c0), q0 = base + c0;
+      if (lane < n && !wait_geq_or_nack(a, mine + SYMM_P2PS_READY(peer, (q0 + lane) % ring), q0 + lane + 1, nack,
+                                        call, op.bytes, peer, jb))
+        group_failed[group] = 1;
       group_barrier(group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
-      copy_bytes_by(reinterpret_cast<char*>(op.buf) + off, channel_in + (uint64_t)slot * SYMM_P2P_CHUNK, len, lane, gt);
+      copy_chunks(const_cast<char*>(channel_in), ring, reinterpret_cast<char*>(op.buf), op.bytes, c0, q0, n, false,
+                  lane, gt);
       group_barrier(group, gt);
-      if (lane == 0) symm_st_release_sys(theirs + SYMM_P2PS_DONE(a.rank, slot), q + 1);
+      if (lane == 0) publish_chunks(theirs + SYMM_P2PS_DONE(a.rank, 0), q0, n, ring);
     }
   }
   // The operation's last block to finish advances the channel's counters

@@ -19,6 +19,28 @@ pub(crate) const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
 /// sixth session): the slots then take 8 MiB of symmetric memory a rank.
 pub(crate) const LL_MAX_BYTES_TWO_RANKS: u64 = 1 << 20;
 
+/// `SYMM_P2P_RING_BYTES`'s default from 3 ranks: the send/recv engine's ring
+/// per channel, 256 chunks of 16 KiB, as before the thirteenth session
+/// (not yet measured larger there; the rings take nranks x this a rank).
+pub(crate) const P2P_RING_BYTES_DEFAULT: u64 = 4 << 20;
+
+/// `SYMM_P2P_RING_BYTES`'s default at 2 ranks. On 2 x H200 (2026-11-28,
+/// thirteenth session, `scripts/device-measure p2p:2`, plain buffers, eager)
+/// send/recv with `auto`'s shape took 0.79 / 0.78 / 0.74 / 0.73x NCCL's
+/// faster column at 16 MiB / 64 MiB / 256 MiB / 1 GiB on the 4 MiB ring and
+/// 0.92 / 0.97 / 0.96 / 0.94x on this one, the same within 1 % below 16
+/// MiB (graph-replayed 0.80-0.73 against 0.95-0.94): the ring bounds what a
+/// pair has in flight (docs/PERFORMANCE.md). 32 MiB of symmetric memory a
+/// rank.
+pub(crate) const P2P_RING_BYTES_TWO_RANKS: u64 = 16 << 20;
+
+/// The send/recv engine's ring per channel on a communicator of `nranks`:
+/// the variable's value where it is set (the same on every rank), else the
+/// default for that rank count.
+pub(crate) fn p2p_ring_bytes(cfg: &Config, nranks: usize) -> u64 {
+    cfg.p2p_ring_bytes.unwrap_or(if nranks == 2 { P2P_RING_BYTES_TWO_RANKS } else { P2P_RING_BYTES_DEFAULT })
+}
+
 /// The data one LL slot holds on a communicator of `nranks`: the
 /// variable's value where it is set (the same on every rank), else the
 /// default for that rank count.
@@ -59,6 +81,12 @@ pub struct Config {
     pub copy_engine: bool,
     /// `SYMM_SCRATCH_BYTES`: per-communicator staging scratch (default 64 MiB).
     pub scratch_bytes: usize,
+    /// `SYMM_P2P_RING_BYTES`: the send/recv engine's ring per channel
+    /// (sender -> receiver pair), in the receiver's symmetric memory: how
+    /// many staged bytes a channel has in flight (4-16 MiB, a power of two;
+    /// nranks rings per rank; default 16 MiB at 2 ranks, 4 MiB from 3:
+    /// [`p2p_ring_bytes`]). The same on every rank.
+    pub p2p_ring_bytes: Option<u64>,
     /// `SYMM_LL_MAX_BYTES`: the most data one LL slot holds, one rank's
     /// contribution to one call (default 1 MiB at 2 ranks, 512 KiB from
     /// 3: [`ll_max_bytes`]; 64 KiB to 4 MiB, rounded down to 4 KiB). The
@@ -115,6 +143,14 @@ pub fn get() -> &'static Config {
             check: param(&mut w, "CHECK", 0u32) != 0,
             copy_engine: param(&mut w, "COPY_ENGINE", 0u32) != 0,
             scratch_bytes: param_in_range(&mut w, "SCRATCH_BYTES", (64u64 << 20) as f64, (1u64 << 20) as f64, (4u64 << 30) as f64) as usize,
+            p2p_ring_bytes: param_opt::<String>(&mut w, "P2P_RING_BYTES").and_then(|_| {
+                let v = param(&mut w, "P2P_RING_BYTES", 0.0f64);
+                let ring = [4u64 << 20, 8 << 20, 16 << 20].into_iter().find(|&r| r as f64 == v);
+                if ring.is_none() {
+                    w.push(format!("{PREFIX}P2P_RING_BYTES={v} is not 4194304, 8388608 or 16777216; using the default"));
+                }
+                ring
+            }),
             ll_max_bytes: param_opt::<String>(&mut w, "LL_MAX_BYTES").map(|_| {
                 param_in_range(&mut w, "LL_MAX_BYTES", LL_MAX_BYTES_DEFAULT as f64, (64u64 << 10) as f64, (4u64 << 20) as f64) as u64
                     / 4096

@@ -598,7 +598,8 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
-                                  ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"]])
+                                  ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"],
+                                  ["--gpus", "2", "p2p:2"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -652,6 +653,12 @@ def test_device_measure_dry_run(tmp_path, args):
         assert names[1:5] == ["eager_c_n2", "eager_torch_n2_nccl", "eager_torch_n2_symm-auto", "eager_torch_n2_symm-symm"]
         assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
         assert names[names.index("eager_torch_n4_symm-symm") + 1:][:len(host)] == host
+    elif args[-1] == "p2p:2":
+        assert names == ["build", "p2p_n2_staged_ring4M_eager", "p2p_n2_staged_ring4M_graph", "p2p_n2_staged_ring16M_eager",
+                         "p2p_n2_staged_ring16M_graph", "p2p_coresident_n2", "p2p_coresident_n2_symmetric"]
+        first = (logs / "p2p_n2_staged_ring16M_graph.log").read_text().splitlines()[0]
+        assert "SYMM_P2P_RING_BYTES=16777216" in first and " -G " in first and "stride=4" in first
+        assert "-m initall" in (logs / "p2p_coresident_n2.log").read_text().splitlines()[0]
     elif args[-1] == "norm:4:ll":
         assert names == ["build", "norm_n4_h4096_ll", "norm_n4_h8192_ll"]
         assert "SYMM_ALGO=ll " in (logs / "norm_n4_h4096_ll.log").read_text().splitlines()[0]
@@ -659,11 +666,12 @@ def test_device_measure_dry_run(tmp_path, args):
         assert names == ["build", "sweep_n2_staged_eager", "sweep_n2_staged_graph", "timeline_n2_staged", "device_n2"]
     # NCCL's window column beside its ordinary one wherever a benchmark has
     # it (smoke runs too: the stand-in serves the window calls); fused_bench
-    # has none, and the timeline runs have no NCCL at all.
+    # has none, and the timeline and co-resident runs have no NCCL at all.
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        assert has_window == name.startswith(("sweep_", "device_", "norm_", "eager_c_")), command
+        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n"))
+        assert has_window == with_nccl, command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
 

@@ -17,7 +17,8 @@
 //! the engine 1.00-1.18x from 4 MiB at 2 ranks and 0.92-1.06x at 4, where
 //! the synced kernel made 0.78-0.98x.
 
-use super::{alltoallv, Base, Call};
+use super::{alltoallv, defaults, Base, Call};
+use crate::cuda::abi::P2P_CHUNK;
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
@@ -42,7 +43,11 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     // on. Like the all-reduce push, ranks must then pass the same class.
     // Never by default with SYMM_CHECK, as LL: only the synced kernel
     // compares the call across ranks.
-    let engine_by_default = call.defaulted && call.recv_buf.is_some() && !call.comm.coll.check;
+    // And, on the 16 MiB ring, a plain one from 64 MiB at 2 ranks
+    // (defaults::alltoall_engine_staged_by_default).
+    let ring_slots = 2 * call.comm.coll.p2p_slot_bytes / P2P_CHUNK;
+    let staged_engine = defaults::alltoall_engine_staged_by_default(call.defaulted, n as usize, n * block, ring_slots);
+    let engine_by_default = call.defaulted && (call.recv_buf.is_some() || staged_engine) && !call.comm.coll.check;
     if !overlap && (call.algo.p2p || engine_by_default) {
         // Block p of the input to rank p, block p of the output from it.
         let blocks: Vec<(u64, u64)> = (0..n).map(|p| (p * block, block)).collect();

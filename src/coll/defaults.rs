@@ -164,6 +164,44 @@ pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool 
     defaulted && ALLGATHER_PUSH_DEFAULT_RANKS.contains(&nranks)
 }
 
+/// Under `auto`, on a 16 MiB ring (1024 slots: the default at 2 ranks,
+/// config::p2p_ring_bytes), a send/recv launch whose largest operation has
+/// at least this many bytes moves 4 ring chunks between a warp group's
+/// flags (`p2p:...:stride=4`; the kernel lowers it to the chunks per group
+/// of smaller operations). On 2 x H200 (2026-11-28, thirteenth session,
+/// plain buffers, NCCL's faster column over each, eager / graph-replayed):
+/// send/recv stride 1 against 4: 16 MiB 0.92 / 0.88x and 0.95 / 0.91x (so
+/// not there), 64 MiB 0.97 / 0.98x and 0.98 / 0.99x, 256 MiB 0.96 / 1.00x
+/// and 0.96 / 1.00x, 1 GiB 0.94 / 0.99x and 0.94 / 0.99x; the all-to-all
+/// on the engine with stride 4 0.98-1.00x from 64 MiB (its operations 32
+/// MiB and up). On the 4 MiB ring stride 4 gained nothing (0.72-0.77x
+/// either way): the ring, not the flags, bounded the bytes in flight.
+const P2P_STRIDE4_FROM: u64 = 32 << 20;
+
+/// log2 of the stride `auto` gives a send/recv launch on a ring of
+/// `ring_slots` whose largest operation has `largest` bytes (0: one chunk).
+pub(crate) fn p2p_stride_log2_by_default(ring_slots: u64, largest: u64) -> u8 {
+    if ring_slots >= 1024 && largest >= P2P_STRIDE4_FROM { 2 } else { 0 }
+}
+
+/// From these total bytes (rank count, bytes of the whole output) `auto`
+/// runs the out-of-place all-to-all of a plain recvbuff on the send/recv
+/// engine too (through the ring, [`p2p_stride_log2_by_default`]'s stride),
+/// where the ring is 16 MiB. On 2 x H200 (2026-11-28, thirteenth session,
+/// NCCL's faster column over each, eager / graph-replayed) the engine with
+/// stride 4 against the synced kernel: 64 MiB 1.00 / 0.84x and 1.00 /
+/// 0.84x, 256 MiB 0.98 / 0.81x and 0.98 / 0.81x, 1 GiB 0.98 / 0.81x and
+/// 0.98 / 0.81x; at 16 MiB 0.81 / 0.85x (so not there).
+const ALLTOALL_ENGINE_STAGED_FROM: [(usize, u64); 1] = [(2, 64 << 20)];
+
+/// Whether `auto` sends an out-of-place all-to-all with a plain recvbuff
+/// of `bytes` (the whole output) on the engine (ring of `ring_slots`).
+pub(crate) fn alltoall_engine_staged_by_default(defaulted: bool, nranks: usize, bytes: u64, ring_slots: u64) -> bool {
+    defaulted
+        && ring_slots >= 1024
+        && ALLTOALL_ENGINE_STAGED_FROM.iter().any(|&(n, from)| n == nranks && bytes >= from)
+}
+
 /// Largest message (per rank's contribution) sent as LL packets by default
 /// with two ranks, and at [`LL_FULL_RANKS`] ranks for [`LL_FULL_COLLS`]. On 2 x H200 (docs/PERFORMANCE.md)
 /// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
@@ -255,6 +293,18 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllToAll, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
+    }
+
+    #[test]
+    fn p2p_stride_and_staged_all_to_all_on_the_16_mib_ring_only() {
+        assert_eq!(p2p_stride_log2_by_default(1024, 32 << 20), 2);
+        assert_eq!(p2p_stride_log2_by_default(1024, 16 << 20), 0, "16 MiB measured faster with one chunk");
+        assert_eq!(p2p_stride_log2_by_default(256, 1 << 30), 0, "the 4 MiB ring gained nothing");
+        assert!(alltoall_engine_staged_by_default(true, 2, 64 << 20, 1024));
+        assert!(!alltoall_engine_staged_by_default(true, 2, 16 << 20, 1024), "the synced kernel below 64 MiB");
+        assert!(!alltoall_engine_staged_by_default(true, 2, 1 << 30, 256), "measured on the 16 MiB ring");
+        assert!(!alltoall_engine_staged_by_default(true, 4, 1 << 30, 1024), "measured at 2 ranks only");
+        assert!(!alltoall_engine_staged_by_default(false, 2, 1 << 30, 1024), "an explicit SYMM_ALGO keeps its path");
     }
 
     #[test]

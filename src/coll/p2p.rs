@@ -19,7 +19,7 @@ use super::algo::{Algo, P2PShape};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_OFFSET_LIMIT,
-    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING,
+    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING, P2P_RING_MAX, P2P_RING_SHIFT,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -160,7 +160,10 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
     let sized = sized_shape(algo);
     let f = dev.module().function(if sized.is_some() { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
     const _: () = assert!(COLL_THREADS % P2P_GROUP == 0 && COLL_THREADS / P2P_GROUP <= 15);
-    debug_assert_eq!(2 * comm.coll.p2p_slot_bytes, P2P_RING * P2P_CHUNK, "a channel's slots are the sized kernel's ring");
+    // A channel's two slots are the sized kernel's ring (SYMM_P2P_RING_BYTES).
+    let ring_slots = 2 * comm.coll.p2p_slot_bytes / P2P_CHUNK;
+    debug_assert!(ring_slots.is_power_of_two() && (P2P_RING..=P2P_RING_MAX).contains(&ring_slots));
+    let ring_bits = if ring_slots == P2P_RING { 0 } else { ring_slots.trailing_zeros() << P2P_RING_SHIFT };
     for mut round in rounds {
         debug_assert!(round.len() <= P2P_MAX_OPS);
         let blocks = match sized {
@@ -179,8 +182,12 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
         if algo.classic {
             a.mode |= MODE_CLASSIC;
         }
-        if let Some(shape) = sized {
-            a.mode |= shape.mode_bits();
+        if let Some(mut shape) = sized {
+            if algo.is_auto() {
+                let largest = round.iter().map(|op| op.bytes).max().unwrap_or(0);
+                shape.stride_log2 = super::defaults::p2p_stride_log2_by_default(ring_slots, largest);
+            }
+            a.mode |= shape.mode_bits() | ring_bits;
         }
         let grid = first;
         let mut params = [(&mut a as *mut P2PArgs).cast::<c_void>()];

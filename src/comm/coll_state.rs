@@ -111,8 +111,6 @@ impl CheckCache {
     }
 }
 
-/// Bytes of each point-to-point staging slot (two per peer).
-const P2P_SLOT_BYTES: usize = 2 << 20;
 
 /// Collective: the staging scratch and point-to-point slots, and the
 /// collective settings every rank derives identically.
@@ -121,7 +119,10 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     let cfg = config::get();
     let half = (p.settings.scratch_bytes / 4 / 4096 * 4096).max(4096);
     let base = symmetric::alloc(&p.mem, &p.link, 4 * half, true)? - p.mem.space.slot(p.rank);
-    let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * P2P_SLOT_BYTES, true)? - p.mem.space.slot(p.rank);
+    // Point-to-point: a channel per sender, two staging slots of the fixed
+    // kernel that are also the sized kernel's ring (SYMM_P2P_RING_BYTES).
+    let p2p_slot_bytes = config::p2p_ring_bytes(cfg, nranks) / 2;
+    let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * p2p_slot_bytes as usize, true)? - p.mem.space.slot(p.rank);
     let ll_slot = 2 * config::ll_max_bytes(cfg, nranks) as usize; // a packet carries 8 data bytes in 16
     let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
@@ -145,7 +146,7 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
         scratch,
         half: half as u64,
         p2p_slots,
-        p2p_slot_bytes: P2P_SLOT_BYTES as u64,
+        p2p_slot_bytes,
         ll: ll_slots,
         ll_slot: ll_slot as u64,
         max_grid: CollState::max_grid(min_sm, sharing),

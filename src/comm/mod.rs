@@ -529,15 +529,21 @@ fn mismatch_error(s: &Status) -> Error {
         };
     }
     if s.mine[0] == abi::P2P_SIZE_TAG {
-        let bytes = wide;
+        // mine[3]: 0 recorded by the sender, 1 by the receiver (told by
+        // its sender: kernels/sendrecv.cu, NACK).
+        let (does, to, other_does, moved, other_side) = if s.mine[3] == 0 {
+            ("sends", "to", "receives", "sent", "receive")
+        } else {
+            ("receives", "from", "sends", "received", "send")
+        };
         return err!(
             symmInvalidUsage,
-            "rank {} sends {} bytes to rank {}, which receives {} bytes: a send and its receive must have the same \
-             size (nothing was sent; the receive times out)",
+            "rank {} {does} {} bytes {to} rank {}, which {other_does} {} bytes: a send and its receive must have the \
+             same size (nothing was {moved}; the {other_side} fails too)",
             s.rank,
-            bytes(&s.mine),
+            wide(&s.mine),
             s.peer,
-            bytes(&s.theirs),
+            wide(&s.theirs),
         );
     }
     // Blame the kernel only when the calls are otherwise the same: ranks that
@@ -864,6 +870,19 @@ mod tests {
         assert!(e.msg.contains("disagree on where") && e.msg.contains("same rowElems"), "{}", e.msg);
         let e = mismatch_error(&status([1 << 24, 1024, 2 << 8, 0x11], [1 << 24, 1024, 2 << 8, 0x23]));
         assert!(e.msg.contains("disagree on where") && !e.msg.contains("rowElems"), "{}", e.msg);
+    }
+
+    #[test]
+    fn size_mismatch_names_both_sides_from_either_end() {
+        let bytes = |b: u64, role: u32| [abi::P2P_SIZE_TAG, b as u32, (b >> 32) as u32, role];
+        let sender = Status { rank: 0, peer: 1, mine: bytes(2 << 20, 0), theirs: bytes(1 << 20, 1), ..Default::default() };
+        let e = mismatch_error(&sender);
+        assert!(e.msg.contains("rank 0 sends 2097152 bytes to rank 1, which receives 1048576 bytes"), "{}", e.msg);
+        assert!(e.msg.contains("same size") && e.msg.contains("nothing was sent"), "{}", e.msg);
+        let receiver = Status { rank: 1, peer: 0, mine: bytes(1 << 20, 1), theirs: bytes(5 << 32, 0), ..Default::default() };
+        let e = mismatch_error(&receiver);
+        assert!(e.msg.contains("rank 1 receives 1048576 bytes from rank 0, which sends 21474836480 bytes"), "{}", e.msg);
+        assert!(e.msg.contains("nothing was received; the send fails too"), "{}", e.msg);
     }
 
     #[test]

@@ -323,6 +323,12 @@ pub(crate) const P2P_FLAG_WORDS: usize = 4 * P2P_BLOCKS as usize * MAX_RANKS;
 /// kernel's flags to the sized kernel's), `SYMM_P2PS_WORDS`.
 pub(crate) const P2P_CHUNK: u64 = 16 << 10;
 pub(crate) const P2P_RING: u64 = 256;
+/// `SYMM_P2P_RING_MAX`: the most ring slots (`SYMM_P2P_RING_BYTES` = 16
+/// MiB), what the flags make room for.
+pub(crate) const P2P_RING_MAX: u64 = 1024;
+/// `SYMM_P2P_RING_SHIFT`: the sized kernel's mode bits 24-27 hold log2 of
+/// the ring's chunk slots (0: `P2P_RING`).
+pub(crate) const P2P_RING_SHIFT: u32 = 24;
 pub(crate) const P2P_GROUP: u32 = 128;
 /// `SYMM_P2P_GROUP_SHIFT`: the sized kernel's mode bits 12-15 hold log2 of
 /// its threads per warp group (0: `P2P_GROUP`).
@@ -330,6 +336,11 @@ pub(crate) const P2P_GROUP_SHIFT: u32 = 12;
 /// `SYMM_P2P_DIRECT_SHIFT`: the sized kernel's mode bits 16-20 hold log2 of
 /// the KiB from which a message offers the direct push (0: `P2P_DIRECT_MIN`).
 pub(crate) const P2P_DIRECT_SHIFT: u32 = 16;
+/// `SYMM_P2P_STRIDE_SHIFT`, `SYMM_P2P_STRIDE_MAX`: the sized kernel's mode
+/// bits 21-23 hold log2 of the ring chunks a warp group moves between its
+/// flags (0: one).
+pub(crate) const P2P_STRIDE_SHIFT: u32 = 21;
+pub(crate) const P2P_STRIDE_MAX: u32 = 16;
 pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
 pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
 /// `SYMM_P2P_SIZE_TAG`: `Status::mine[0]` / `theirs[0]` of a send and a
@@ -340,7 +351,7 @@ pub(crate) const P2P_SIZE_TAG: u32 = 0xFE00_0000;
 /// goes through the ring.
 pub(crate) const P2P_DIRECT_OFFSET_LIMIT: u64 = 0xff << 32;
 pub(crate) const P2P_SIZED_DELTA: usize = 10752;
-pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING as usize + 40 + 7 * MAX_RANKS;
+pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING_MAX as usize + 40 + 11 * MAX_RANKS;
 
 /// `SymmP2POp`.
 #[repr(C)]

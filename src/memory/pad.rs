@@ -54,7 +54,7 @@ const P2P_SIZED_END: usize = P2P_SIZED_OFFSET + 4 * P2PS_WORDS;
 /// call descriptors it compares ([rank][4 words]), a barrier row, and the
 /// matmul-reduce-scatter's "partial landed" and "slot free" rows, one per
 /// slot parity.
-pub(crate) const FUSED_OFFSET: usize = 192 << 10;
+pub(crate) const FUSED_OFFSET: usize = 256 << 10;
 pub(crate) const FUSED_SYNC_OFFSET: usize = FUSED_OFFSET;
 pub(crate) const FUSED_DESC_OFFSET: usize = FUSED_OFFSET + 256;
 pub(crate) const FUSED_BARRIER_OFFSET: usize = FUSED_OFFSET + 512;
