@@ -25,6 +25,14 @@ use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
 use crate::types::{symmDataType_t, RawDataType};
 
+/// The fixed kernel's staging slots, two per channel: 2 MiB, as before the
+/// ring became a setting (SYMM_P2P_RING_BYTES), so the kernel of before
+/// stays what it was for A/B runs whatever the ring (each channel's region
+/// holds at least 4 MiB). With the 16 MiB ring's 8 MiB slots it spread a
+/// 256 KiB - 1 MiB message over one block of its sixteen (0.50-0.55x NCCL
+/// against 0.77-1.06x, 2 x H200, thirteenth session).
+const FIXED_SLOT_BYTES: u64 = 2 << 20;
+
 /// Validate one send or receive; `None` when there is nothing to move.
 pub fn request(
     comm: &Comm,
@@ -177,6 +185,9 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
             first += b;
         }
         let mut a: P2PArgs = comm.p2p_template(api);
+        if sized.is_none() {
+            a.slot_bytes = FIXED_SLOT_BYTES.min(comm.coll.p2p_slot_bytes);
+        }
         a.nops = round.len() as u32;
         a.ops[..round.len()].copy_from_slice(&round);
         if algo.classic {
