@@ -129,14 +129,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs 
 // its symmetric heap slot when the buffer lies in the symmetric heap
 // (symmMemAlloc, or a registration of such memory), else "none", and how
 // many bytes it receives (a descriptor {call + 1, offset, bytes} in the
-// sender's pad). A sender whose bytes differ stores nothing and records a
-// size mismatch; its receiver, never served, times out. With an offset, the
-// sender's groups store straight into the receiver's buffer (no ring, no
-// per-chunk flags) and each adds its chunk count to ARRIVED in the
-// receiver's pad (release); the receiver waits for the call's total.
-// A sender whose size differs also writes {call + 1, its bytes} to NACK in
-// the receiver's pad, which the receiver's waits watch: both ends fail with
-// the mismatch (naming both sizes) within their first poll of it. The
+// sender's pad). A sender whose bytes differ stores nothing, records a
+// size mismatch and writes {call + 1, its bytes} to NACK in the receiver's
+// pad, which the receiver's waits watch: both ends fail with the mismatch
+// (naming both sizes) instead of the receiver waiting for its timeout.
+// With an offset, the sender's groups store straight into the receiver's
+// buffer (no ring, no per-chunk flags) and each adds its chunk count to
+// ARRIVED in the receiver's pad (release); the receiver waits for the
+// call's total. The
 // receiver's kernel has started when it publishes the descriptor, so its
 // stream is done with the buffer. A receiver's next call cannot begin
 // before every chunk of this one arrived, which every sender block with
@@ -180,17 +180,9 @@ __device__ __forceinline__ uint32_t p2p_stride(uint32_t mode) {
 }
 
 // Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
-__device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p, uint32_t target, uint32_t peer,
-                                         uint32_t detail) {
-  SymmSpin spin(a.wait, peer, detail);
-  while (!symm_seq_geq(symm_ld_acquire_sys(p), target))
-    if (spin.give_up()) return false;
-  return true;
-}
-
-// A receiver's wait: as wait_geq, but it also watches the NACK its sender
-// writes on a size mismatch for call `call` (offered calls only; `nack` is
-// null otherwise), and then records the mismatch and gives up.
+// A receiver's wait also watches the NACK its sender writes on a size
+// mismatch for call `call` (offered calls only; `nack` null otherwise), and
+// then records the mismatch and gives up.
 __device__ __forceinline__ bool wait_geq_or_nack(const SymmP2PArgs& a, const uint32_t* p, uint32_t target,
                                                  const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
                                                  uint32_t detail) {
@@ -206,6 +198,11 @@ __device__ __forceinline__ bool wait_geq_or_nack(const SymmP2PArgs& a, const uin
     if (spin.give_up()) return false;
   }
   return true;
+}
+
+__device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p, uint32_t target, uint32_t peer,
+                                         uint32_t detail) {
+  return wait_geq_or_nack(a, p, target, nullptr, 0, 0, peer, detail);
 }
 
 // Publish the flags of `n` consecutive chunks q0.. of a channel (the
