@@ -18,7 +18,6 @@
 //! the synced kernel made 0.78-0.98x.
 
 use super::{alltoallv, defaults, Base, Call};
-use crate::cuda::abi::P2P_CHUNK;
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
@@ -45,7 +44,7 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     // compares the call across ranks.
     // And, on the 16 MiB ring, a plain one from 64 MiB at 2 ranks
     // (defaults::alltoall_engine_staged_by_default).
-    let ring_slots = 2 * call.comm.coll.p2p_slot_bytes / P2P_CHUNK;
+    let ring_slots = call.comm.coll.p2p_ring_slots();
     let staged_engine = defaults::alltoall_engine_staged_by_default(call.defaulted, n as usize, n * block, ring_slots);
     let engine_by_default = call.defaulted && (call.recv_buf.is_some() || staged_engine) && !call.comm.coll.check;
     if !overlap && (call.algo.p2p || engine_by_default) {

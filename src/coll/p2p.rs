@@ -18,7 +18,7 @@ use cudarc::driver::sys::CUstream;
 use super::algo::{Algo, P2PShape};
 use crate::comm::Comm;
 use crate::cuda::abi::{
-    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_CHUNK, P2P_DIRECT_OFFSET_LIMIT,
+    OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_DIRECT_OFFSET_LIMIT,
     P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING, P2P_RING_MAX, P2P_RING_SHIFT,
 };
 use crate::cuda::launch::{self, LaunchConfig};
@@ -168,8 +168,7 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
     let sized = sized_shape(algo);
     let f = dev.module().function(if sized.is_some() { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
     const _: () = assert!(COLL_THREADS % P2P_GROUP == 0 && COLL_THREADS / P2P_GROUP <= 15);
-    // A channel's two slots are the sized kernel's ring (SYMM_P2P_RING_BYTES).
-    let ring_slots = 2 * comm.coll.p2p_slot_bytes / P2P_CHUNK;
+    let ring_slots = comm.coll.p2p_ring_slots();
     debug_assert!(ring_slots.is_power_of_two() && (P2P_RING..=P2P_RING_MAX).contains(&ring_slots));
     let ring_bits = if ring_slots == P2P_RING { 0 } else { ring_slots.trailing_zeros() << P2P_RING_SHIFT };
     for mut round in rounds {

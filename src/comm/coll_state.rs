@@ -58,6 +58,12 @@ impl CollState {
         self.ll_slot / 2
     }
 
+    /// Chunk slots of the send/recv engine's ring per channel: a channel's
+    /// two staging slots are the ring (SYMM_P2P_RING_BYTES).
+    pub fn p2p_ring_slots(&self) -> u64 {
+        2 * self.p2p_slot_bytes / crate::cuda::abi::P2P_CHUNK
+    }
+
     pub fn copy_engine(&self) -> bool {
         self.copy_engine.load(std::sync::atomic::Ordering::Relaxed)
     }
