@@ -266,8 +266,10 @@ struct SymmP2PArgs {
   SymmP2POp ops[SYMM_P2P_MAX_OPS];
   uint32_t nops, rank, nranks;
   uint32_t mode;                        // SYMM_COLL_CLASSIC: the fixed kernel's copy loop of before
+  uint64_t ll_offset;                   // sized kernel: the LL packet area's offset in every rank's heap slot
+  uint64_t ll_slot;                     // ... and the bytes of each of its [parity][sender] slots
 };
-static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P2P_MAX_OPS + 16, "SymmP2PArgs layout");
+static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P2P_MAX_OPS + 16 + 16, "SymmP2PArgs layout");
 
 #define SYMM_P2P_READY(f, blk, r) ((f) + (blk) * SYMM_MAX_RANKS + (r))
 #define SYMM_P2P_DONE(f, blk, r) ((f) + SYMM_P2P_BLOCKS * SYMM_MAX_RANKS + (blk) * SYMM_MAX_RANKS + (r))
@@ -305,6 +307,10 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // 0: one chunk, the kernel of before). Sender and receiver may differ.
 #define SYMM_P2P_STRIDE_SHIFT 21u
 #define SYMM_P2P_STRIDE_MAX 16u
+// SymmP2PArgs::mode bits 28-31 (the sized kernel): log2 of the KiB up to
+// which a message goes as LL packets (p2p:ll=KIB: 1-10), 0: never. Both
+// ends of a pair must agree (same SYMM_ALGO), as for the direct size.
+#define SYMM_P2P_LL_SHIFT 28u
 #define SYMM_P2P_NO_DIRECT (~0ull)
 #define SYMM_P2P_SIZE_TAG 0xFE000000u       // SymmStatus mine[0]/theirs[0]: a send and its receive disagree on the size
 #define SYMM_P2P_SIZED_DELTA 10752u          // words from the fixed kernel's flags to the sized kernel's
@@ -327,4 +333,11 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // descriptor: {call + 1, the sender's bytes (low, high)}, so that the
 // receiver fails with the mismatch too instead of waiting for its timeout.
 #define SYMM_P2PS_NACK(sender) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 7 * SYMM_MAX_RANKS + (sender) * 4)
-#define SYMM_P2PS_WORDS (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 11 * SYMM_MAX_RANKS)
+// LL messages (sendrecv.cu): calls per channel, local to each end, and in
+// the sender's pad the LL calls its receiver has finished reading (the
+// sender reuses a [parity] slot only after the call before the last).
+#define SYMM_P2PS_LL_LOCAL(kind, peer) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + (11 + (kind)) * SYMM_MAX_RANKS + (peer))
+#define SYMM_P2PS_LL_SEND_CALL 0  // local: LL calls sent to peer
+#define SYMM_P2PS_LL_RECV_CALL 1  // local: LL calls received from peer
+#define SYMM_P2PS_LL_TAKEN(receiver) (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 13 * SYMM_MAX_RANKS + (receiver))
+#define SYMM_P2PS_WORDS (2 * SYMM_MAX_RANKS * SYMM_P2P_RING_MAX + 40 + 14 * SYMM_MAX_RANKS)

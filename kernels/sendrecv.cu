@@ -6,8 +6,9 @@
 //    operation, block j of a send pairing with block j of the matching
 //    receive, two slots per channel;
 //  - symm_sendrecv_sized (SYMM_ALGO=p2p, below): blocks by the bytes, warp
-//    groups with their own flags over a ring of chunk slots, and a direct
-//    push into a receive buffer in the symmetric heap.
+//    groups with their own flags over a ring of chunk slots, a direct
+//    push into a receive buffer in the symmetric heap, and small messages
+//    as LL packets (p2p:ll=KIB).
 //
 // The fixed kernel:
 //
@@ -19,7 +20,7 @@
 // rather than pulling keeps the link busy with few blocks. The counters
 // persist in device memory, so later launches (and graph replays) continue
 // the series.
-#include "coll.cuh"
+#include "ll.cuh"
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv(SymmP2PArgs a) {
   const uint32_t op_index = blockIdx.x / SYMM_P2P_BLOCKS, j = blockIdx.x % SYMM_P2P_BLOCKS;
@@ -205,6 +206,27 @@ __device__ __forceinline__ bool wait_geq(const SymmP2PArgs& a, const uint32_t* p
   return wait_geq_or_nack(a, p, target, nullptr, 0, 0, peer, detail);
 }
 
+// A sender whose bytes differ from its receiver's descriptor: record the
+// mismatch and tell the receiver ({call + 1, the sender's bytes} in NACK,
+// which its waits watch), so that both ends fail with it. Every block of
+// the send may write the same words.
+__device__ __forceinline__ void send_size_mismatch(const SymmP2PArgs& a, uint32_t* theirs, uint64_t bytes,
+                                                   uint64_t their_bytes, uint32_t call, uint32_t peer,
+                                                   uint32_t detail) {
+  const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 0};
+  const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)their_bytes, (uint32_t)(their_bytes >> 32), 1};
+  SymmSpin(a.wait, peer, detail).record_mismatch(m, t);
+  uint32_t* nack = theirs + SYMM_P2PS_NACK(a.rank);
+  nack[1] = (uint32_t)bytes;
+  nack[2] = (uint32_t)(bytes >> 32);
+  symm_st_release_sys(nack, call + 1);
+}
+
+// The receiver's bytes from its descriptor (words 2 and 3).
+__device__ __forceinline__ uint64_t desc_bytes(const uint32_t* desc) {
+  return (uint64_t)((const volatile uint32_t*)desc)[3] | (uint64_t)(((const volatile uint32_t*)desc)[2] >> 8) << 32;
+}
+
 // Publish the flags of `n` consecutive chunks q0.. of a channel (the
 // group's copies are ordered before by the group barrier): one release
 // store for one chunk, else one fence and plain stores.
@@ -244,12 +266,171 @@ __device__ __forceinline__ void copy_chunks(char* ring, uint32_t slots, char* bu
   }
 }
 
+// ---- LL messages (p2p:ll=KIB, mode bits 28-31) ------------------------------
+//
+// A message of at most the LL size goes as LL packets (ll.cuh): every 8
+// bytes travel with the call's flag in one 16-byte store into the
+// receiver's LL slot, and the receiver polls the data itself. No ring
+// flags, no fence, no staging copy: at 64 KiB - 1 MiB the ring's round
+// trips (sender's release, flag, receiver's copy) are most of the time.
+//
+// Slots: each rank's LL area (a.ll_offset in its heap slot) holds
+// [parity][sender] slots of a.ll_slot bytes; packet 0 of a call carries
+// the sender's bytes, packets 1.. the data. Call k of a channel (LL calls
+// only, counted at both ends) uses parity k & 1 and flag 2k + 1: odd, so
+// never the zero of fresh memory, and a slot's packets from call k - 2
+// carry another flag. The sender reuses a parity only once the receiver
+// has finished call k - 2: the receiver's last block stores LL_TAKEN =
+// k + 1 into the sender's pad (two calls of slack: no wait when calls
+// alternate directions or the receiver keeps up).
+//
+// Sizes: the receiver compares packet 0 with its bytes, so it fails with a
+// mismatch whichever side is larger. From the direct size an LL call is
+// also an offered call, as on the ring: the receiver publishes its
+// descriptor (no direct offset) and the sender checks it at its end
+// (packets are already out: they stay inside the slot, and the receiver's
+// own check fails the call); a sender on the ring (a larger message) reads
+// it before storing anything, and its NACK ends the LL receiver's wait.
+
+// Bytes up to which a message goes as LL packets (0: none).
+__device__ __forceinline__ uint64_t p2p_ll_max(uint32_t mode) {
+  const uint32_t log2 = (mode >> SYMM_P2P_LL_SHIFT) & 15u;
+  return log2 ? 1024ull << log2 : 0;
+}
+
+// Whether a message of `bytes` goes as LL packets: at most the LL size,
+// and its packets and header fit a slot (src/coll/p2p.rs decides alike).
+__device__ __forceinline__ bool p2p_is_ll(const SymmP2PArgs& a, uint64_t bytes) {
+  return bytes <= p2p_ll_max(a.mode) && (bytes + 7) / 8 + 1 <= a.ll_slot / 16;
+}
+
+// Wait (bounded) until packet `p` carries `flag`; with `nack` (a receiver's
+// offered call) also watch the sender's NACK, as wait_geq_or_nack does.
+__device__ __forceinline__ bool ll_packet_get(const SymmP2PArgs& a, const uint4* p, uint32_t flag,
+                                              const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
+                                              uint32_t detail, uint2* out) {
+  SymmSpin spin(a.wait, peer, detail);
+  for (;;) {
+    uint32_t d0, f0, d1, f1;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                 : "l"(p)
+                 : "memory");
+    if (f0 == flag && f1 == flag) {
+      *out = make_uint2(d0, d1);
+      return true;
+    }
+    if (nack && symm_ld_acquire_sys(nack) == call + 1) {
+      const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 1};
+      const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, ((const volatile uint32_t*)nack)[1],
+                             ((const volatile uint32_t*)nack)[2], 0};
+      spin.record_mismatch(m, t);
+      return false;
+    }
+    if (spin.give_up()) return false;
+  }
+}
+
+// An offered LL send (channel LL call k), at its end: the receiver's
+// descriptor of this call (bounded wait) must name the same bytes. A
+// receiver that finished the call (LL_TAKEN past k, or a descriptor past
+// this call) checked the header packet and found the sizes equal; its
+// next call may meanwhile rewrite the descriptor's words, so a difference
+// counts only while it has not. False after recording a mismatch (and
+// NACKing the receiver, whose ring or direct wait then ends).
+__device__ __forceinline__ bool ll_send_check(const SymmP2PArgs& a, uint32_t* mine, uint32_t* theirs,
+                                              uint64_t bytes, uint32_t call, uint32_t k, uint32_t peer,
+                                              uint32_t detail) {
+  const uint32_t* desc = mine + SYMM_P2PS_XDESC(peer);
+  if (!wait_geq(a, desc, call + 1, peer, detail)) return false;
+  if (symm_ld_acquire_sys(desc) != call + 1 || desc_bytes(desc) == bytes) return true;
+  __threadfence_system();
+  if (symm_seq_geq(symm_ld_acquire_sys(mine + SYMM_P2PS_LL_TAKEN(peer)), k + 1) ||
+      symm_ld_acquire_sys(desc) != call + 1)
+    return true;
+  send_size_mismatch(a, theirs, bytes, desc_bytes(desc), call, peer, detail);
+  return false;
+}
+
+// One LL operation, by its blocks (jb: the block's index among them).
+__device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp& op, uint32_t jb) {
+  const uint32_t peer = op.peer;
+  uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
+  uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
+  const bool offered = op.bytes >= p2p_direct_min(a.mode);
+  const uint32_t kind = op.is_send ? SYMM_P2PS_LL_SEND_CALL : SYMM_P2PS_LL_RECV_CALL;
+  const uint32_t k = *(volatile uint32_t*)(mine + SYMM_P2PS_LL_LOCAL(kind, peer));
+  const uint32_t flag = 2 * k + 1;
+  const uint32_t call = *(volatile uint32_t*)(mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_CALL : SYMM_P2PS_RECV_CALL, peer));
+  uint4* slot = reinterpret_cast<uint4*>(a.heap[op.is_send ? peer : a.rank] + a.ll_offset +
+                                         (uint64_t)((k & 1) * a.nranks + (op.is_send ? a.rank : peer)) * a.ll_slot);
+  const uint64_t units = (op.bytes + 7) / 8, stride = (uint64_t)op.blocks * blockDim.x;
+  const uint64_t t = (uint64_t)jb * blockDim.x + threadIdx.x;
+  bool ok = true;
+  if (op.is_send) {
+    __shared__ int free_slot;
+    if (threadIdx.x == 0)  // parity k & 1 last carried call k - 2
+      free_slot = wait_geq(a, mine + SYMM_P2PS_LL_TAKEN(peer), k - 1, peer, jb);
+    __syncthreads();
+    ok = free_slot;
+    const char* src = reinterpret_cast<const char*>(op.buf);
+    if (ok && t == 0) ll_put(slot, make_uint2((uint32_t)op.bytes, (uint32_t)(op.bytes >> 32)), flag);
+    for (uint64_t u = t; ok && u < units; u += stride) ll_put(slot + 1 + u, ll_load_unit(src, u, op.bytes), flag);
+  } else {
+    const uint32_t* nack = offered ? mine + SYMM_P2PS_NACK(peer) : nullptr;
+    if (t == 0) {
+      if (offered) {  // the descriptor, as a ring receiver's (no direct offset)
+        uint32_t* desc = theirs + SYMM_P2PS_XDESC(a.rank);
+        desc[1] = 0;
+        desc[2] = 0xffu | (uint32_t)(op.bytes >> 32) << 8;
+        desc[3] = (uint32_t)op.bytes;
+        symm_st_release_sys(desc, call + 1);
+      }
+      uint2 h;
+      ok = ll_packet_get(a, slot, flag, nack, call, op.bytes, peer, jb, &h);
+      const uint64_t sent = (uint64_t)h.x | (uint64_t)h.y << 32;
+      if (ok && sent != op.bytes) {
+        const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)op.bytes, (uint32_t)(op.bytes >> 32), 1};
+        const uint32_t th[4] = {SYMM_P2P_SIZE_TAG, h.x, h.y, 0};
+        SymmSpin(a.wait, peer, jb).record_mismatch(m, th);
+        ok = false;
+      }
+    }
+    char* dst = reinterpret_cast<char*>(op.buf);
+    for (uint64_t u = t; ok && u < units; u += stride) {
+      uint2 v;
+      ok = ll_packet_get(a, slot + 1 + u, flag, nullptr, call, op.bytes, peer, jb, &v);
+      if (ok) ll_store_unit(dst, u, op.bytes, v);
+    }
+  }
+  // The operation's last block advances the channel's counters (a broken
+  // communicator stays broken: no advance).
+  if (__syncthreads_or(!ok) || threadIdx.x != 0) return;
+  uint32_t* fin = mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_FIN : SYMM_P2PS_RECV_FIN, peer);
+  __threadfence();
+  if (atomicAdd(fin, 1u) != op.blocks - 1) return;
+  *fin = 0;
+  if (op.is_send && offered && !ll_send_check(a, mine, theirs, op.bytes, call, k, peer, jb)) return;
+  mine[SYMM_P2PS_LL_LOCAL(kind, peer)] = k + 1;
+  if (offered) mine[SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_CALL : SYMM_P2PS_RECV_CALL, peer)] = call + 1;
+  // Every block's loads of the packets returned (their values were stored)
+  // before the fence above: a relaxed store frees the parity (as NCCL's
+  // receiver posts its step).
+  if (!op.is_send)
+    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(theirs + SYMM_P2PS_LL_TAKEN(a.rank)), "r"(k + 1)
+                 : "memory");
+}
+
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2PArgs a) {
   uint32_t oi = 0;
   while (oi < a.nops && blockIdx.x >= a.ops[oi].first_block + a.ops[oi].blocks) ++oi;
   if (oi >= a.nops) return;
   const SymmP2POp op = a.ops[oi];
   const uint32_t peer = op.peer, jb = blockIdx.x - op.first_block;
+  if (p2p_is_ll(a, op.bytes)) {
+    p2p_ll_op(a, op, jb);
+    return;
+  }
   const uint32_t gt = p2p_group_threads(a.mode);
   const uint32_t per_block = blockDim.x / gt;
   const uint32_t group = threadIdx.x / gt, lane = threadIdx.x % gt;
@@ -278,17 +459,10 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
           failed = 1;
         } else {
           const uint32_t hi = desc[2];
-          const uint64_t their_bytes = (uint64_t)desc[3] | (uint64_t)(hi >> 8) << 32;
+          const uint64_t their_bytes = desc_bytes(desc);
           if (their_bytes != op.bytes) {
-            // Nothing is stored: the receiver waits until its timeout.
-            const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)op.bytes, (uint32_t)(op.bytes >> 32), 0};
-            const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)their_bytes, (uint32_t)(their_bytes >> 32), 1};
-            SymmSpin(a.wait, peer, jb).record_mismatch(m, t);
-            // Tell the receiver (every block of the send writes the same words).
-            uint32_t* nack = theirs + SYMM_P2PS_NACK(a.rank);
-            nack[1] = (uint32_t)op.bytes;
-            nack[2] = (uint32_t)(op.bytes >> 32);
-            symm_st_release_sys(nack, call + 1);
+            // Nothing is stored; the NACK ends the receiver's wait.
+            send_size_mismatch(a, theirs, op.bytes, their_bytes, call, peer, jb);
             failed = 1;
           } else if ((hi & 0xffu) != 0xffu) {
             direct = (uint64_t)desc[1] | (uint64_t)(hi & 0xffu) << 32;

@@ -15,6 +15,8 @@
  *                  sender must wait for the receiver);
  *   recv           64 MiB from rank 1 (send and recv: the message must name
  *                  symmSend/symmRecv);
+ *   recv_small     64 KiB from rank 1: LL packets under a p2p:ll= shape
+ *                  (the receiver polls the data itself), else the ring;
  *   alltoall       symmAllToAll of 16 MiB symmetric buffers (blocks above
  *                  the LL limit: the point-to-point engine by default);
  *   alltoallv_device
@@ -39,8 +41,8 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, K_A2A, K_A2AV_DEV, K_A2AV_2D, NCASES };
-static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",        "recv",
+enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, NCASES };
+static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",        "recv",      "recv_small",
                                               "alltoall",  "alltoallv_device", "alltoallv_2d"};
 
 /* The device-count all-to-all-vs' counts: `splits` rows for each of
@@ -79,6 +81,9 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
     }
     case K_SEND: TW_SYMM_REQUIRE(r, symmSend((void *)(uintptr_t)a, bytes, symmUint8, 1, r->comm, r->stream)); break;
     case K_RECV: TW_SYMM_REQUIRE(r, symmRecv((void *)(uintptr_t)b, bytes, symmUint8, 1, r->comm, r->stream)); break;
+    case K_RECV_SMALL:
+      TW_SYMM_REQUIRE(r, symmRecv((void *)(uintptr_t)b, (size_t)64 << 10, symmUint8, 1, r->comm, r->stream));
+      break;
     case K_A2A: {
       const size_t per = ((size_t)16 << 20) / 4 / (size_t)tw->nranks;
       TW_SYMM_REQUIRE(r, symmAllToAll(sym_s, sym_r, per, symmFloat32, r->comm, r->stream));
@@ -121,7 +126,7 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
              case_name[k], t, timeout_s);
     TW_CHECK(r, tu_contains_ci(m, "timed out"), "%s: the message does not say it timed out: %s", case_name[k],
              m ? m : "(NULL)");
-    if (k == K_SEND || k == K_RECV)
+    if (k == K_SEND || k == K_RECV || k == K_RECV_SMALL)
       TW_CHECK(r, tu_contains_ci(m, "symmSend/symmRecv"), "%s: the message does not name symmSend/symmRecv: %s",
                case_name[k], m ? m : "(NULL)");
   }

@@ -599,7 +599,7 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
                                   ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"],
-                                  ["--gpus", "2", "p2p:2"]])
+                                  ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -659,6 +659,11 @@ def test_device_measure_dry_run(tmp_path, args):
         first = (logs / "p2p_n2_staged_ring16M_graph.log").read_text().splitlines()[0]
         assert "SYMM_P2P_RING_BYTES=16777216" in first and " -G " in first and "stride=4" in first
         assert "-m initall" in (logs / "p2p_coresident_n2.log").read_text().splitlines()[0]
+    elif args[-1] == "ll:2":
+        assert names == ["build", "ll_n2_staged_eager", "ll_n2_staged_graph", "ll_n2_symmetric_eager",
+                         "ll_n2_symmetric_graph"]
+        first = (logs / "ll_n2_symmetric_graph.log").read_text().splitlines()[0]
+        assert " -G " in first and "-b 4K -e 4M -f 2" in first and "direct=64:ll=1024" in first
     elif args[-1] == "norm:4:ll":
         assert names == ["build", "norm_n4_h4096_ll", "norm_n4_h8192_ll"]
         assert "SYMM_ALGO=ll " in (logs / "norm_n4_h4096_ll.log").read_text().splitlines()[0]
@@ -670,7 +675,7 @@ def test_device_measure_dry_run(tmp_path, args):
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n"))
+        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n"))
         assert has_window == with_nccl, command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()

@@ -6,7 +6,7 @@
 //! `spread` at 4 ranks (allreduce_norm.rs `SPREAD_DEFAULT_RANKS`).
 
 use super::{Algo, CollId};
-use crate::cuda::abi::MODE_CLASSIC;
+use crate::cuda::abi::{OpId, MODE_CLASSIC};
 
 /// What `auto` means at each rank count, chosen from the A/B sweep on
 /// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
@@ -184,6 +184,25 @@ pub(crate) fn p2p_stride_log2_by_default(ring_slots: u64, largest: u64) -> u8 {
     if ring_slots >= 1024 && largest >= P2P_STRIDE4_FROM { 2 } else { 0 }
 }
 
+/// log2 of the KiB up to which `auto` sends a symmSend/symmRecv message (and
+/// the drop-in's grouped send/recv) as LL packets: 1 MiB, capped by what
+/// an LL slot holds (SYMM_LL_MAX_BYTES: 1 MiB at 2 ranks, 512 KiB from 3).
+/// On 4 x H200 (2026-11-28, fourteenth session, `scripts/device-measure
+/// ll:2 ll:4`, NCCL's faster column over each), `p2p:...:ll=1024` against
+/// `auto` without it, eager, plain buffers: at 2 ranks 1.62-1.91x from 4
+/// KiB to 256 KiB, 1.40x at 512 KiB and 1.22x at 1 MiB (against 0.80-0.90x
+/// from 64 KiB); at 4 ranks 1.48-2.02x to 512 KiB (against 0.78-1.34x);
+/// symmetric buffers and graph replays alike (1.59-2.36x where LL
+/// applies). Above the cap nothing changes (2-4 MiB within 1 %). The
+/// all-to-all's blocks on the engine keep the ring and the direct push:
+/// not measured as LL.
+const P2P_LL_LOG2_KIB: u8 = 10;
+
+/// The LL size `auto` gives a launch of `api`'s operations (0: none).
+pub(crate) fn p2p_ll_log2_by_default(api: OpId) -> u8 {
+    if api == OpId::SendRecv { P2P_LL_LOG2_KIB } else { 0 }
+}
+
 /// From these total bytes (rank count, bytes of the whole output) `auto`
 /// runs the out-of-place all-to-all of a plain recvbuff on the send/recv
 /// engine too (through the ring, [`p2p_stride_log2_by_default`]'s stride),
@@ -305,6 +324,12 @@ mod tests {
         assert!(!alltoall_engine_staged_by_default(true, 2, 1 << 30, 256), "measured on the 16 MiB ring");
         assert!(!alltoall_engine_staged_by_default(true, 4, 1 << 30, 1024), "measured at 2 ranks only");
         assert!(!alltoall_engine_staged_by_default(false, 2, 1 << 30, 1024), "an explicit SYMM_ALGO keeps its path");
+    }
+
+    #[test]
+    fn send_recv_goes_as_ll_up_to_1_mib_and_the_all_to_alls_keep_the_engine() {
+        assert_eq!(p2p_ll_log2_by_default(OpId::SendRecv), 10);
+        assert_eq!(p2p_ll_log2_by_default(OpId::Collective), 0, "the all-to-alls' blocks were not measured as LL");
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!
 //! Two kernels: the sized one (the default, and SYMM_ALGO=p2p with its
 //! shape knobs): blocks per operation by its bytes, warp groups with
-//! per-chunk flags, and a direct push into a receive buffer that lies in
-//! the symmetric heap; and the fixed one (16 blocks per operation, the
+//! per-chunk flags, a direct push into a receive buffer that lies in
+//! the symmetric heap, and messages up to the shape's LL size as LL
+//! packets into the receiver's LL slots; and the fixed one (16 blocks per operation, the
 //! default before 2026-11-27), which any other explicit SYMM_ALGO choice
 //! (e.g. `oneshot`, `classic`) keeps for A/B measurements.
 
@@ -86,11 +87,23 @@ pub(crate) fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
     }
 }
 
+/// Whether a message of `bytes` goes as LL packets on the sized kernel:
+/// at most `shape`'s LL size, and its packets plus the header packet fit
+/// an LL slot of `ll_slot` bytes (kernels/sendrecv.cu p2p_is_ll decides
+/// alike). Each end decides from its own bytes.
+pub(crate) fn is_ll(bytes: u64, shape: P2PShape, ll_slot: u64) -> bool {
+    bytes <= shape.ll_max() && bytes.div_ceil(8) + 1 <= ll_slot / 16
+}
+
 /// Blocks the sized kernel gives one operation when the launch has room:
 /// one per `shape`'s bytes (512 KiB), at most its cap (16). A receive the
 /// sender will push into directly (from `shape`'s direct size, 1 MiB) only
-/// waits for the data: one block.
-pub(crate) fn sized_blocks(op: &P2POp, shape: P2PShape) -> u32 {
+/// waits for the data: one block. An LL message: a thread per 8 bytes up
+/// to the cap (each thread then moves several packets).
+pub(crate) fn sized_blocks(op: &P2POp, shape: P2PShape, ll_slot: u64) -> u32 {
+    if is_ll(op.bytes, shape, ll_slot) {
+        return op.bytes.div_ceil(8).div_ceil(COLL_THREADS as u64).clamp(1, shape.blocks_cap() as u64) as u32;
+    }
     if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= shape.direct_min() {
         return 1;
     }
@@ -173,8 +186,21 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
     let ring_bits = if ring_slots == P2P_RING { 0 } else { ring_slots.trailing_zeros() << P2P_RING_SHIFT };
     for mut round in rounds {
         debug_assert!(round.len() <= P2P_MAX_OPS);
-        let blocks = match sized {
-            Some(shape) => fit_blocks(&round.iter().map(|op| sized_blocks(op, shape)).collect::<Vec<_>>(), comm.coll.max_grid),
+        // `auto`'s stride and LL size follow the launch (defaults.rs); the
+        // blocks follow them.
+        let shape = sized.map(|mut shape| {
+            if algo.is_auto() {
+                let largest = round.iter().map(|op| op.bytes).max().unwrap_or(0);
+                shape.stride_log2 = super::defaults::p2p_stride_log2_by_default(ring_slots, largest);
+                shape.ll_log2 = super::defaults::p2p_ll_log2_by_default(api);
+            }
+            shape
+        });
+        let blocks = match shape {
+            Some(shape) => {
+                let want: Vec<u32> = round.iter().map(|op| sized_blocks(op, shape, comm.coll.p2p_ll_slot)).collect();
+                fit_blocks(&want, comm.coll.max_grid)
+            }
             None => vec![P2P_BLOCKS; round.len()],
         };
         let mut first = 0;
@@ -192,11 +218,7 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
         if algo.classic {
             a.mode |= MODE_CLASSIC;
         }
-        if let Some(mut shape) = sized {
-            if algo.is_auto() {
-                let largest = round.iter().map(|op| op.bytes).max().unwrap_or(0);
-                shape.stride_log2 = super::defaults::p2p_stride_log2_by_default(ring_slots, largest);
-            }
+        if let Some(shape) = shape {
             a.mode |= shape.mode_bits() | ring_bits;
         }
         let grid = first;
@@ -210,6 +232,9 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
 mod tests {
     use super::*;
 
+    /// An LL slot at 2 ranks (1 MiB of data, plus the header's 256 bytes).
+    const LL_SLOT: u64 = (2 << 20) + 256;
+
     fn op(bytes: u64, is_send: bool, heap_offset: u64) -> P2POp {
         P2POp { bytes, is_send: is_send as u32, heap_offset, ..Default::default() }
     }
@@ -217,30 +242,30 @@ mod tests {
     #[test]
     fn sized_blocks_follow_the_bytes() {
         let d = P2PShape::default();
-        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT), d), 1);
-        assert_eq!(sized_blocks(&op(512 << 10, true, P2P_NO_DIRECT), d), 1);
-        assert_eq!(sized_blocks(&op((512 << 10) + 1, false, P2P_NO_DIRECT), d), 2);
-        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), d), 16);
+        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT), d, LL_SLOT), 1);
+        assert_eq!(sized_blocks(&op(512 << 10, true, P2P_NO_DIRECT), d, LL_SLOT), 1);
+        assert_eq!(sized_blocks(&op((512 << 10) + 1, false, P2P_NO_DIRECT), d, LL_SLOT), 2);
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), d, LL_SLOT), 16);
         // A receive pushed into directly waits with one block; a small one
         // (below the direct size) still copies out of the ring.
-        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), d), 1);
-        assert_eq!(sized_blocks(&op(4 << 20, true, 4096), d), 8, "only receives know the direct offset");
-        assert_eq!(sized_blocks(&op(64 << 10, false, 4096), d), 1);
+        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), d, LL_SLOT), 1);
+        assert_eq!(sized_blocks(&op(4 << 20, true, 4096), d, LL_SLOT), 8, "only receives know the direct offset");
+        assert_eq!(sized_blocks(&op(64 << 10, false, 4096), d, LL_SLOT), 1);
     }
 
     #[test]
     fn shape_knobs_set_the_cap_and_the_bytes_per_block() {
         let wide = P2PShape::parse(":blocks=64").unwrap();
-        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), wide), 64);
-        assert_eq!(sized_blocks(&op(16 << 20, true, P2P_NO_DIRECT), wide), 32, "still one per 512 KiB");
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), wide, LL_SLOT), 64);
+        assert_eq!(sized_blocks(&op(16 << 20, true, P2P_NO_DIRECT), wide, LL_SLOT), 32, "still one per 512 KiB");
         let fine = P2PShape::parse(":blocks=64:kib=128").unwrap();
-        assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine), 32);
-        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine), 1, "a direct receive only waits");
-        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), fine), 2, "below 1 MiB the ring");
+        assert_eq!(sized_blocks(&op(4 << 20, true, P2P_NO_DIRECT), fine, LL_SLOT), 32);
+        assert_eq!(sized_blocks(&op(1 << 30, false, 4096), fine, LL_SLOT), 1, "a direct receive only waits");
+        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), fine, LL_SLOT), 2, "below 1 MiB the ring");
         let early = P2PShape::parse(":blocks=64:kib=128:direct=64").unwrap();
-        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), early), 1, "direct from 64 KiB");
-        assert_eq!(sized_blocks(&op(32 << 10, false, 4096), early), 1, "one block either way");
-        assert_eq!(sized_blocks(&op(256 << 10, false, P2P_NO_DIRECT), early), 2, "not in the heap: the ring");
+        assert_eq!(sized_blocks(&op(256 << 10, false, 4096), early, LL_SLOT), 1, "direct from 64 KiB");
+        assert_eq!(sized_blocks(&op(32 << 10, false, 4096), early, LL_SLOT), 1, "one block either way");
+        assert_eq!(sized_blocks(&op(256 << 10, false, P2P_NO_DIRECT), early, LL_SLOT), 2, "not in the heap: the ring");
     }
 
     #[test]
@@ -253,8 +278,21 @@ mod tests {
         }
         let auto = P2PShape::AUTO;
         assert_eq!(auto.to_string(), ":blocks=64:kib=32:direct=64");
-        assert_eq!(sized_blocks(&op(1 << 20, true, P2P_NO_DIRECT), auto), 32, "one block per 32 KiB");
-        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), auto), 64);
+        assert_eq!(sized_blocks(&op(1 << 20, true, P2P_NO_DIRECT), auto, LL_SLOT), 32, "one block per 32 KiB");
+        assert_eq!(sized_blocks(&op(1 << 30, true, P2P_NO_DIRECT), auto, LL_SLOT), 64);
+    }
+
+    #[test]
+    fn ll_messages_take_a_thread_per_packet_up_to_the_cap() {
+        let ll = P2PShape::parse(":blocks=64:kib=32:direct=64:ll=1024").unwrap();
+        assert!(is_ll(1 << 20, ll, LL_SLOT) && !is_ll((1 << 20) + 1, ll, LL_SLOT));
+        assert!(!is_ll(1 << 20, ll, 2 << 20), "the header packet must fit too");
+        assert_eq!(sized_blocks(&op(8, true, P2P_NO_DIRECT), ll, LL_SLOT), 1);
+        assert_eq!(sized_blocks(&op(64 << 10, true, P2P_NO_DIRECT), ll, LL_SLOT), 16, "512 threads x 8 bytes a block");
+        assert_eq!(sized_blocks(&op(64 << 10, false, 4096), ll, LL_SLOT), 16, "a symmetric receive unpacks too");
+        assert_eq!(sized_blocks(&op(1 << 20, false, P2P_NO_DIRECT), ll, LL_SLOT), 64, "the cap");
+        let small = P2PShape::parse(":ll=64").unwrap();
+        assert!(is_ll(64 << 10, small, LL_SLOT) && !is_ll(128 << 10, small, LL_SLOT));
     }
 
     #[test]

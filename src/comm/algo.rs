@@ -5,7 +5,7 @@
 //! back. What `auto` means per rank count lives with the collectives
 //! (src/coll/mod.rs).
 
-use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT, P2P_STRIDE_MAX, P2P_STRIDE_SHIFT};
+use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT, P2P_LL_SHIFT, P2P_STRIDE_MAX, P2P_STRIDE_SHIFT};
 
 /// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +117,7 @@ impl Algo {
             write: false,
             pipe: false,
             p2p: false,
-            p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0, stride_log2: 0 },
+            p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0, stride_log2: 0, ll_log2: 0 },
             classic: false,
             grid_log2: 0,
             spread: false,
@@ -222,7 +222,7 @@ impl Algo {
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
-        // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-40 (its stride, bits 21-23),
+        // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37.
         let shape = self.p2p_shape.to_bits();
@@ -241,7 +241,7 @@ impl Algo {
     fn from_bits(wide: u64) -> Algo {
         let b = wide as u32;
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
-        let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff | ((wide >> 38) as u32 & 7) << 21);
+        let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff | ((wide >> 38) as u32 & 0x7f) << 21);
         let grid_log2 = ((b >> 27) & 0xf) as u8;
         Algo {
             base,
@@ -339,6 +339,10 @@ pub struct P2PShape {
     /// Only the ring (staged) path has per-chunk flags: a direct push
     /// publishes once per group and call whatever the stride.
     pub stride_log2: u8,
+    /// log2 of the KiB up to which a message goes as LL packets (1-10:
+    /// 2 KiB - 1 MiB, at most what the communicator's LL slots hold); 0:
+    /// never (the ring or the direct push at every size).
+    pub ll_log2: u8,
 }
 
 impl P2PShape {
@@ -356,7 +360,8 @@ impl P2PShape {
     /// and 0.82x), the same from 4 MiB; graph-replayed 0.76-1.33x (from
     /// 0.54-1.27x). Staged receive buffers take the ring either way; only
     /// the block count changed for them (not yet swept).
-    pub const AUTO: P2PShape = P2PShape { max_blocks: 64, kib_log2: 5, group_log2: 0, direct_log2: 6, stride_log2: 0 };
+    pub const AUTO: P2PShape =
+        P2PShape { max_blocks: 64, kib_log2: 5, group_log2: 0, direct_log2: 6, stride_log2: 0, ll_log2: 0 };
     const DEFAULT_BLOCKS: u32 = 16;
     const MAX_BLOCKS: u32 = 64;
     const DEFAULT_KIB_LOG2: u32 = 9;
@@ -378,7 +383,13 @@ impl P2PShape {
         if self.direct_log2 == 0 { P2P_DIRECT_MIN } else { 1024 << self.direct_log2 }
     }
 
-    /// `p2p:blocks=N:kib=K:warps=W:direct=D:stride=S` (the part after `p2p`, e.g.
+    /// Bytes up to which a message goes as LL packets (0: never); both
+    /// ends compute it from their own shape.
+    pub(crate) fn ll_max(self) -> u64 {
+        if self.ll_log2 == 0 { 0 } else { 1024 << self.ll_log2 }
+    }
+
+    /// `p2p:blocks=N:kib=K:warps=W:direct=D:stride=S:ll=L` (the part after `p2p`, e.g.
     /// ":blocks=64").
     pub fn parse(params: &str) -> std::result::Result<P2PShape, String> {
         let mut shape = P2PShape::default();
@@ -400,7 +411,14 @@ impl P2PShape {
                 "warps" => return Err(format!("warps={v}: 2, 4, 8 or 16")),
                 "stride" if v.is_power_of_two() && v <= P2P_STRIDE_MAX => shape.stride_log2 = v.trailing_zeros() as u8,
                 "stride" => return Err(format!("stride={v}: 1, 2, 4, 8 or 16 (chunks of 16 KiB)")),
-                other => return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps, direct, stride)")),
+                "ll" if v == 0 => shape.ll_log2 = 0,
+                "ll" if v.is_power_of_two() && (1..=10).contains(&v.trailing_zeros()) => {
+                    shape.ll_log2 = v.trailing_zeros() as u8
+                }
+                "ll" => return Err(format!("ll={v}: 0 (never) or a power of two from 2 to 1024 (KiB)")),
+                other => {
+                    return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps, direct, stride, ll)"))
+                }
             }
         }
         Ok(shape)
@@ -408,13 +426,14 @@ impl P2PShape {
 
     /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
     /// group's, five of the direct size's (bits 0-20), three of the
-    /// stride's (bits 21-23).
+    /// stride's (bits 21-23), four of the LL size's (bits 24-27).
     pub fn to_bits(self) -> u32 {
         self.max_blocks as u32
             | (self.kib_log2 as u32) << 7
             | (self.group_log2 as u32) << 12
             | (self.direct_log2 as u32) << 16
             | (self.stride_log2 as u32) << 21
+            | (self.ll_log2 as u32) << 24
     }
 
     pub fn from_bits(b: u32) -> P2PShape {
@@ -424,16 +443,19 @@ impl P2PShape {
             group_log2: ((b >> 12) & 0xf) as u8,
             direct_log2: ((b >> 16) & 0x1f) as u8,
             stride_log2: ((b >> 21) & 0x7) as u8,
+            ll_log2: ((b >> 24) & 0xf) as u8,
         }
     }
 
     /// The launch's mode bits that carry the group size, the direct
-    /// push's size and the stride (kernels/abi.cuh SYMM_P2P_GROUP_SHIFT,
-    /// SYMM_P2P_DIRECT_SHIFT, SYMM_P2P_STRIDE_SHIFT).
+    /// push's size, the stride and the LL size (kernels/abi.cuh
+    /// SYMM_P2P_GROUP_SHIFT, SYMM_P2P_DIRECT_SHIFT, SYMM_P2P_STRIDE_SHIFT,
+    /// SYMM_P2P_LL_SHIFT).
     pub(crate) fn mode_bits(self) -> u32 {
         (self.group_log2 as u32) << P2P_GROUP_SHIFT
             | (self.direct_log2 as u32) << P2P_DIRECT_SHIFT
             | (self.stride_log2 as u32) << P2P_STRIDE_SHIFT
+            | (self.ll_log2 as u32) << P2P_LL_SHIFT
     }
 }
 
@@ -454,6 +476,9 @@ impl std::fmt::Display for P2PShape {
         }
         if self.stride_log2 != 0 {
             write!(f, ":stride={}", 1u32 << self.stride_log2)?;
+        }
+        if self.ll_log2 != 0 {
+            write!(f, ":ll={}", 1u32 << self.ll_log2)?;
         }
         Ok(())
     }
@@ -536,7 +561,8 @@ mod tests {
         assert_eq!(P2PShape::parse(":warps=2").unwrap().group_log2, 6);
         for bad in [
             ":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks",
-            ":direct=8", ":direct=100", ":direct=131072", ":stride=0", ":stride=3", ":stride=32",
+            ":direct=8", ":direct=100", ":direct=131072", ":stride=0", ":stride=3", ":stride=32", ":ll=1", ":ll=3",
+            ":ll=2048",
         ] {
             assert!(P2PShape::parse(bad).is_err(), "{bad}");
         }
@@ -544,8 +570,9 @@ mod tests {
         let direct = P2PShape::parse(":blocks=64:kib=128:direct=64").unwrap();
         assert_eq!((direct.direct_min(), P2PShape::default().direct_min()), (64 << 10, 1 << 20));
         assert_eq!(direct.mode_bits(), 6 << 16, "the kernel reads log2 of the KiB");
-        let widest = P2PShape { max_blocks: 64, kib_log2: 16, group_log2: 9, direct_log2: 16, stride_log2: 4 };
-        let narrow = P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6, direct_log2: 4, stride_log2: 0 };
+        let widest =
+            P2PShape { max_blocks: 64, kib_log2: 16, group_log2: 9, direct_log2: 16, stride_log2: 4, ll_log2: 10 };
+        let narrow = P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6, direct_log2: 4, stride_log2: 0, ll_log2: 1 };
         for shape in [wide, groups, direct, widest, P2PShape::default(), narrow] {
             assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
             assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
@@ -554,8 +581,12 @@ mod tests {
         assert_eq!((strided.stride_log2, strided.mode_bits()), (2, 2 << 21), "the kernel reads log2 of the chunks");
         assert_eq!(strided.to_string(), ":blocks=32:stride=4");
         assert_eq!(P2PShape::parse(":stride=1").unwrap(), P2PShape::default(), "one chunk: the kernel of before");
-        let a = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536:stride=16+serial").unwrap();
-        assert_eq!(Algo::from_bits(a.to_bits()), a, "the stride's bits stay clear of the others");
-        assert_eq!(a.p2p_shape.stride_log2, 4);
+        let a = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536:stride=16:ll=1024+serial").unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "the stride's and LL size's bits stay clear of the others");
+        assert_eq!((a.p2p_shape.stride_log2, a.p2p_shape.ll_log2), (4, 10));
+        let ll = P2PShape::parse(":blocks=64:ll=256").unwrap();
+        assert_eq!((ll.ll_max(), ll.mode_bits()), (256 << 10, 8 << 28), "the kernel reads log2 of the KiB");
+        assert_eq!(ll.to_string(), ":blocks=64:ll=256");
+        assert_eq!((P2PShape::parse(":ll=0").unwrap(), P2PShape::default().ll_max()), (P2PShape::default(), 0));
     }
 }

@@ -30,6 +30,11 @@ pub struct CollState {
     /// Bytes of one LL slot: twice the data it holds (8 data bytes in a
     /// 16-byte packet; [`CollState::ll_max`]).
     pub ll_slot: u64,
+    /// The send/recv engine's LL packet area (kernels/sendrecv.cu): its
+    /// offset in every rank's heap slot, and the bytes of each of its
+    /// [parity][sender] slots (an LL slot's, plus the header packet).
+    pub p2p_ll_offset: u64,
+    pub p2p_ll_slot: u64,
     /// Largest grid: the same on every rank.
     pub max_grid: u32,
     pub check: bool,
@@ -131,6 +136,10 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     let p2p = symmetric::alloc(&p.mem, &p.link, nranks * 2 * p2p_slot_bytes as usize, true)? - p.mem.space.slot(p.rank);
     let ll_slot = 2 * config::ll_max_bytes(cfg, nranks) as usize; // a packet carries 8 data bytes in 16
     let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
+    // Send/recv's own LL slots (a pair's messages need not follow the
+    // collectives' lockstep): as large, plus a header packet, 256-aligned.
+    let p2p_ll_slot = ll_slot + 256;
+    let p2p_ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * p2p_ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
     let mut p2p_slots = [0u64; MAX_RANKS];
     let mut ll_slots = [0u64; MAX_RANKS];
@@ -155,6 +164,8 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
         p2p_slot_bytes,
         ll: ll_slots,
         ll_slot: ll_slot as u64,
+        p2p_ll_offset: p2p_ll,
+        p2p_ll_slot: p2p_ll_slot as u64,
         max_grid: CollState::max_grid(min_sm, sharing),
         check: cfg.check,
         programmatic_launch: p.device.compute_capability.0 >= 9 && !cfg.test_shared_devices,

@@ -367,6 +367,8 @@ impl Comm {
             rank: self.rank as u32,
             nranks: self.nranks as u32,
             mode: 0,
+            ll_offset: self.coll.p2p_ll_offset,
+            ll_slot: self.coll.p2p_ll_slot,
         }
     }
 

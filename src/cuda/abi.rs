@@ -341,6 +341,9 @@ pub(crate) const P2P_DIRECT_SHIFT: u32 = 16;
 /// flags (0: one).
 pub(crate) const P2P_STRIDE_SHIFT: u32 = 21;
 pub(crate) const P2P_STRIDE_MAX: u32 = 16;
+/// `SYMM_P2P_LL_SHIFT`: the sized kernel's mode bits 28-31 hold log2 of the
+/// KiB up to which a message goes as LL packets (0: never).
+pub(crate) const P2P_LL_SHIFT: u32 = 28;
 pub(crate) const P2P_DIRECT_MIN: u64 = 1 << 20;
 pub(crate) const P2P_NO_DIRECT: u64 = u64::MAX;
 /// `SYMM_P2P_SIZE_TAG`: `Status::mine[0]` / `theirs[0]` of a send and a
@@ -351,7 +354,7 @@ pub(crate) const P2P_SIZE_TAG: u32 = 0xFE00_0000;
 /// goes through the ring.
 pub(crate) const P2P_DIRECT_OFFSET_LIMIT: u64 = 0xff << 32;
 pub(crate) const P2P_SIZED_DELTA: usize = 10752;
-pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING_MAX as usize + 40 + 11 * MAX_RANKS;
+pub(crate) const P2PS_WORDS: usize = 2 * MAX_RANKS * P2P_RING_MAX as usize + 40 + 14 * MAX_RANKS;
 
 /// `SymmP2POp`.
 #[repr(C)]
@@ -394,8 +397,12 @@ pub struct P2PArgs {
     pub nranks: u32,
     /// `MODE_CLASSIC`: the fixed kernel's copy loop of before.
     pub mode: u32,
+    /// The sized kernel's LL packet area: its offset in every rank's heap
+    /// slot, and the bytes of each of its [parity][sender] slots.
+    pub ll_offset: u64,
+    pub ll_slot: u64,
 }
-const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * P2P_MAX_OPS + 16);
+const _: () = assert!(std::mem::size_of::<P2PArgs>() == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * P2P_MAX_OPS + 16 + 16);
 
 // ---- Device-API records ------------------------------------------------------
 //
