@@ -73,20 +73,27 @@ __device__ __forceinline__ void ll_put(uint4* p, uint2 d, uint32_t flag) {
                : "memory");
 }
 
+// One look at the packet at `p`: true, with its data, once both halves
+// carry `flag`.
+__device__ __forceinline__ bool ll_try_get(const uint4* p, uint32_t flag, uint2* out) {
+  uint32_t d0, f0, d1, f1;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+               : "l"(p)
+               : "memory");
+  if (f0 == flag && f1 == flag) {
+    *out = make_uint2(d0, d1);
+    return true;
+  }
+  return false;
+}
+
 // Wait (bounded) for the packet at `p` to carry `flag`; false on timeout
 // or abort (recorded by SymmSpin).
 __device__ __forceinline__ bool ll_get(const SymmCollArgs& a, const uint4* p, uint32_t flag, uint32_t peer, uint2* out) {
   SymmSpin spin(a.wait, peer, blockIdx.x);
   for (;;) {
-    uint32_t d0, f0, d1, f1;
-    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
-                 : "l"(p)
-                 : "memory");
-    if (f0 == flag && f1 == flag) {
-      *out = make_uint2(d0, d1);
-      return true;
-    }
+    if (ll_try_get(p, flag, out)) return true;
     if (spin.give_up()) return false;
   }
 }
