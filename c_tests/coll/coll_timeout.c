@@ -15,8 +15,9 @@
  *                  sender must wait for the receiver);
  *   recv           64 MiB from rank 1 (send and recv: the message must name
  *                  symmSend/symmRecv);
- *   recv_small     64 KiB from rank 1: LL packets under a p2p:ll= shape
- *                  (the receiver polls the data itself), else the ring;
+ *   recv_small     64 KiB from rank 1: LL packets under `auto` (since the
+ *                  fourteenth session) and a p2p:ll= shape (the receiver
+ *                  polls the data itself), the ring under other shapes;
  *   alltoall       symmAllToAll of 16 MiB symmetric buffers (blocks above
  *                  the LL limit: the point-to-point engine by default);
  *   alltoallv_device
