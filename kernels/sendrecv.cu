@@ -184,20 +184,22 @@ __device__ __forceinline__ uint32_t p2p_stride(uint32_t mode) {
 // A receiver's wait also watches the NACK its sender writes on a size
 // mismatch for call `call` (offered calls only; `nack` null otherwise), and
 // then records the mismatch and gives up.
+// A receiver's NACK for call `call` (its sender's `bytes` differ): record
+// the mismatch, this side the receiver, and say so. `nack` null: never.
+__device__ __forceinline__ bool nacked(SymmSpin& spin, const uint32_t* nack, uint32_t call, uint64_t bytes) {
+  if (!nack || symm_ld_acquire_sys(nack) != call + 1) return false;
+  const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 1};
+  const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, ((const volatile uint32_t*)nack)[1], ((const volatile uint32_t*)nack)[2], 0};
+  spin.record_mismatch(m, t);
+  return true;
+}
+
 __device__ __forceinline__ bool wait_geq_or_nack(const SymmP2PArgs& a, const uint32_t* p, uint32_t target,
                                                  const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
                                                  uint32_t detail) {
   SymmSpin spin(a.wait, peer, detail);
-  while (!symm_seq_geq(symm_ld_acquire_sys(p), target)) {
-    if (nack && symm_ld_acquire_sys(nack) == call + 1) {
-      const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 1};
-      const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, ((const volatile uint32_t*)nack)[1],
-                             ((const volatile uint32_t*)nack)[2], 0};
-      spin.record_mismatch(m, t);
-      return false;
-    }
-    if (spin.give_up()) return false;
-  }
+  while (!symm_seq_geq(symm_ld_acquire_sys(p), target))
+    if (nacked(spin, nack, call, bytes) || spin.give_up()) return false;
   return true;
 }
 
@@ -310,17 +312,9 @@ __device__ __forceinline__ bool ll_packet_get(const SymmP2PArgs& a, const uint4*
                                               const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
                                               uint32_t detail, uint2* out) {
   SymmSpin spin(a.wait, peer, detail);
-  for (;;) {
-    if (ll_try_get(p, flag, out)) return true;
-    if (nack && symm_ld_acquire_sys(nack) == call + 1) {
-      const uint32_t m[4] = {SYMM_P2P_SIZE_TAG, (uint32_t)bytes, (uint32_t)(bytes >> 32), 1};
-      const uint32_t t[4] = {SYMM_P2P_SIZE_TAG, ((const volatile uint32_t*)nack)[1],
-                             ((const volatile uint32_t*)nack)[2], 0};
-      spin.record_mismatch(m, t);
-      return false;
-    }
-    if (spin.give_up()) return false;
-  }
+  while (!ll_try_get(p, flag, out))
+    if (nacked(spin, nack, call, bytes) || spin.give_up()) return false;
+  return true;
 }
 
 // An offered LL send (channel LL call k), at its end: the receiver's
