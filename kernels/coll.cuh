@@ -146,12 +146,25 @@ __device__ __forceinline__ void split_range(uint64_t n, uint32_t epv, uint32_t p
 
 // Loads in flight per thread in the deep copies (copy_bytes_by).
 #define SYMM_COPY_DEPTH 8u
-// copy_bytes_by's loop for pointers whose misalignments differ. A call, not
-// inlined: inlined beside the aligned loops of its callers (ag_write_scatter
+// copy_bytes_by's loop for pointers whose misalignments differ. A call by
+// default: inlined beside the aligned loops of its callers (ag_write_scatter
 // holds four) it took their registers, and the store-only kernels at 4
-// ranks, whose blocks are aligned, ran 20-25 % slower (eleventh session).
-__device__ __noinline__ void copy_bytes_pieces(char* dst, const char* src, uint64_t n, uint32_t t, uint32_t nt,
-                                            bool to_peer) {
+// ranks, whose blocks are aligned, ran 20-25 % slower (eleventh session);
+// the store-only reduce-scatter still loses 7-9 % with it inlined (2 ranks,
+// 256 MiB - 1 GiB, fifteenth session). A family that defines
+// SYMM_COPY_PIECES_INLINE before including this header inlines it: as a
+// call it cost the synced all-reduce its registers (ptxas, sm_90: 64 of
+// them and 7,962 bytes of spill stores in symm_allreduce_bf16, against 128
+// and 760 inlined), and inlined the staged all-reduce runs 1.09-1.23x
+// faster from 4 to 256 MiB at 2 ranks, the synced and pipelined
+// reduce-scatters 1-3 % and 8-10 % (fifteenth session).
+#ifdef SYMM_COPY_PIECES_INLINE
+#define SYMM_COPY_PIECES_LINKAGE __forceinline__
+#else
+#define SYMM_COPY_PIECES_LINKAGE __noinline__
+#endif
+__device__ SYMM_COPY_PIECES_LINKAGE void copy_bytes_pieces(char* dst, const char* src, uint64_t n, uint32_t t,
+                                                            uint32_t nt, bool to_peer) {
   const uint32_t anchor = misalign(to_peer ? dst : src);
   const uint32_t ws = access_width(src, anchor), wd = access_width(dst, anchor);
   uint64_t head = (16 - anchor) & 15;

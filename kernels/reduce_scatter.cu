@@ -3,6 +3,8 @@
 // where they are, with a sync at entry and exit only; staged inputs go
 // through scratch in rounds (two syncs per round), or pipelined with
 // per-chunk flags (reduce_scatter_pipe.cu, SYMM_ALGO=pipe).
+// copy_bytes_pieces inlined (coll.cuh): measured faster in this family.
+#define SYMM_COPY_PIECES_INLINE
 #include "ll.cuh"
 
 // The copy-engine path's last step: the peers' blocks were already copied
