@@ -217,7 +217,9 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   // rank waits on a packet that a block of its own has not sent yet: its
   // own rows, or with SYMM_NORM_SPREAD an equal contiguous share of all the
   // units (a row's packets then leave from several SMs; the grid may have
-  // more blocks than rows, and those only send).
+  // more blocks than rows, and those only send). Spread, a row's input may
+  // still be unsent when its block writes out, so the host never spreads
+  // when out is the input (allreduce_norm.rs one_shot_spreads).
   if (spread) {
     const uint64_t total = n.rows * upr, per = (total + gridDim.x - 1) / gridDim.x;
     const uint64_t end = min(total, (blockIdx.x + 1) * per);

@@ -59,6 +59,20 @@ fn spread(call: &Call) -> bool {
     !call.algo.no_spread && (call.algo.spread || call.defaulted && call.comm.nranks == SPREAD_DEFAULT_RANKS)
 }
 
+/// Whether the one-shot LL form spreads its sends over the grid (the
+/// kernel's SYMM_NORM_SPREAD): as `spread` says, but never in place. There
+/// a block writes `out`, the input, for its rows while the block that
+/// sends those rows' input units to the peers may not have read them yet:
+/// a peer then sums this rank's output instead of its input (fifteenth
+/// session, 2 ranks, `ll+spread`, beside other processes: one warp of a
+/// row wrong on the peer). In whole rows a block sends its rows before it
+/// writes them. The two-shot form needs no such care: it writes a
+/// peer-owned row only after the owner's sums came back, which needed
+/// this rank's sends of that row, and never sends its own rows.
+fn one_shot_spreads(spread: bool, in_place: bool) -> bool {
+    spread && !in_place
+}
+
 /// What `out` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormOutput {
@@ -235,6 +249,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
     let spread = spread(&call);
+    let one_shot = call.use_ll(bytes as u64);
+    let spread_sends = one_shot && one_shot_spreads(spread, r.out as usize == r.input as usize);
     let mut n = NormArgs {
         coll: call.args(),
         residual: r.residual as u64,
@@ -245,12 +261,11 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         eps: r.eps,
         scales: scales as u64,
         quant,
-        flags: if spread { NORM_SPREAD } else { 0 } | if call.algo.prefetch { NORM_PREFETCH } else { 0 },
+        flags: if spread_sends { NORM_SPREAD } else { 0 } | if call.algo.prefetch { NORM_PREFETCH } else { 0 },
     };
     let row_bytes = r.hidden * dtype.size();
     let ll_slot = comm.coll.ll_slot;
     n.coll.recv = r.out as u64;
-    let one_shot = call.use_ll(bytes as u64);
     // The two-shot LL form in `parts` pieces a row where they fit the
     // slots, else in whole rows where those fit.
     let pieces = two_shot_parts(spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
@@ -267,7 +282,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     }
     let max_grid = comm.coll.max_grid as u64;
     let tokens = r.tokens as u64;
-    let (grid, block_units) = if one_shot && spread {
+    let (grid, block_units) = if spread_sends {
         // At least one block per SPREAD_UNITS of the message, so that no SM
         // sends more than the all-reduce's LL kernel gives one.
         (tokens.max((tokens * units).div_ceil(SPREAD_UNITS)).min(max_grid), units)
@@ -343,6 +358,13 @@ mod tests {
             assert!(tokens.div_ceil(n) as u64 * parts <= 132 || parts == 1, "{n} {tokens} {units}");
             assert!(threads_for(units.div_ceil(parts)) as u64 * NORM_MAX_UNITS >= units.div_ceil(parts));
         }
+    }
+
+    #[test]
+    fn the_one_shot_form_spreads_only_out_of_place() {
+        assert!(one_shot_spreads(true, false));
+        assert!(!one_shot_spreads(true, true), "in place a row's sends and writes stay in one block");
+        assert!(!one_shot_spreads(false, false));
     }
 
     #[test]
