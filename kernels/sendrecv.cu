@@ -180,10 +180,6 @@ __device__ __forceinline__ uint32_t p2p_stride(uint32_t mode) {
   return 1u << min((mode >> SYMM_P2P_STRIDE_SHIFT) & 7u, 4u);
 }
 
-// Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
-// A receiver's wait also watches the NACK its sender writes on a size
-// mismatch for call `call` (offered calls only; `nack` null otherwise), and
-// then records the mismatch and gives up.
 // A receiver's NACK for call `call` (its sender's `bytes` differ): record
 // the mismatch, this side the receiver, and say so. `nack` null: never.
 __device__ __forceinline__ bool nacked(SymmSpin& spin, const uint32_t* nack, uint32_t call, uint64_t bytes) {
@@ -194,6 +190,10 @@ __device__ __forceinline__ bool nacked(SymmSpin& spin, const uint32_t* nack, uin
   return true;
 }
 
+// Wait (bounded) until *p reaches `target` (wrap-safe); false if given up.
+// A receiver's wait also watches the NACK its sender writes on a size
+// mismatch for call `call` (offered calls only; `nack` null otherwise), and
+// then records the mismatch and gives up.
 __device__ __forceinline__ bool wait_geq_or_nack(const SymmP2PArgs& a, const uint32_t* p, uint32_t target,
                                                  const uint32_t* nack, uint32_t call, uint64_t bytes, uint32_t peer,
                                                  uint32_t detail) {
