@@ -19,26 +19,45 @@ pub(crate) const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
 /// sixth session): the slots then take 8 MiB of symmetric memory a rank.
 pub(crate) const LL_MAX_BYTES_TWO_RANKS: u64 = 1 << 20;
 
-/// `SYMM_P2P_RING_BYTES`'s default from 3 ranks: the send/recv engine's ring
-/// per channel, 256 chunks of 16 KiB, as before the thirteenth session
-/// (not yet measured larger there; the rings take nranks x this a rank).
+/// `SYMM_P2P_RING_BYTES`'s default from 5 ranks: the send/recv engine's
+/// ring per channel, 256 chunks of 16 KiB, as before the thirteenth
+/// session (not measured larger there; the rings take nranks x this a
+/// rank, so 16 MiB would be 128 MiB at 8).
 pub(crate) const P2P_RING_BYTES_DEFAULT: u64 = 4 << 20;
 
-/// `SYMM_P2P_RING_BYTES`'s default at 2 ranks. On 2 x H200 (2026-11-28,
-/// thirteenth session, `scripts/device-measure p2p:2`, plain buffers, eager)
-/// send/recv with `auto`'s shape took 0.79 / 0.78 / 0.74 / 0.73x NCCL's
-/// faster column at 16 MiB / 64 MiB / 256 MiB / 1 GiB on the 4 MiB ring and
-/// 0.92 / 0.97 / 0.96 / 0.94x on this one, the same within 1 % below 16
-/// MiB (graph-replayed 0.80-0.73 against 0.95-0.94): the ring bounds what a
-/// pair has in flight (docs/PERFORMANCE.md). 32 MiB of symmetric memory a
-/// rank.
-pub(crate) const P2P_RING_BYTES_TWO_RANKS: u64 = 16 << 20;
+/// `SYMM_P2P_RING_BYTES`'s default at 2 to 4 ranks. On 2 x H200
+/// (2026-11-28, thirteenth session, `scripts/device-measure p2p:2`, plain
+/// buffers, eager) send/recv with `auto`'s shape took 0.79 / 0.78 / 0.74 /
+/// 0.73x NCCL's faster column at 16 MiB / 64 MiB / 256 MiB / 1 GiB on the
+/// 4 MiB ring and 0.92 / 0.97 / 0.96 / 0.94x on this one, the same within
+/// 1 % below 16 MiB (graph-replayed 0.80-0.73 against 0.95-0.94): the ring
+/// bounds what a pair has in flight (docs/PERFORMANCE.md). On 4 x H200
+/// (2026-11-28, sixteenth session, `p2p:4`, plain buffers, eager, the same
+/// process order) at 4 ranks 0.86 / 0.87 / 0.77 / 0.75x on the 4 MiB ring
+/// and 0.99 / 1.09 / 0.99 / 0.99x on this one; from 64 KiB to 4 MiB
+/// 0.96-1.75x against 0.92-1.74x. At 3 ranks, predicted from the same
+/// bound (0.74-0.88x from 16 MiB on the 4 MiB ring in that run's
+/// `sweep:3`) and then measured as the default against the old ring in the
+/// next process (`auto`, eager / graph-replayed): 0.99 / 1.09 / 1.00 /
+/// 0.98x against 0.85 / 0.86 / 0.76 / 0.74x, and 1.02 / 1.09 / 1.00 /
+/// 0.98x against 0.87 / 0.85 / 0.75 / 0.76x (at 4 ranks the same A/B
+/// 0.99 / 1.07 / 0.99 / 0.99x against 0.88 / 0.87 / 0.77 / 0.78x eager).
+/// 32, 48 or 64 MiB of symmetric memory a rank.
+pub(crate) const P2P_RING_BYTES_UP_TO_4_RANKS: u64 = 16 << 20;
 
 /// The send/recv engine's ring per channel on a communicator of `nranks`:
 /// the variable's value where it is set (the same on every rank), else the
 /// default for that rank count.
 pub(crate) fn p2p_ring_bytes(cfg: &Config, nranks: usize) -> u64 {
-    cfg.p2p_ring_bytes.unwrap_or(if nranks == 2 { P2P_RING_BYTES_TWO_RANKS } else { P2P_RING_BYTES_DEFAULT })
+    cfg.p2p_ring_bytes.unwrap_or_else(|| p2p_ring_bytes_default(nranks))
+}
+
+fn p2p_ring_bytes_default(nranks: usize) -> u64 {
+    if nranks <= 4 {
+        P2P_RING_BYTES_UP_TO_4_RANKS
+    } else {
+        P2P_RING_BYTES_DEFAULT
+    }
 }
 
 /// The data one LL slot holds on a communicator of `nranks`: the
@@ -84,8 +103,8 @@ pub struct Config {
     /// `SYMM_P2P_RING_BYTES`: the send/recv engine's ring per channel
     /// (sender -> receiver pair), in the receiver's symmetric memory: how
     /// many staged bytes a channel has in flight (4-16 MiB, a power of two;
-    /// nranks rings per rank; default 16 MiB at 2 ranks, 4 MiB from 3:
-    /// [`p2p_ring_bytes`]). The same on every rank.
+    /// nranks rings per rank; default 16 MiB at 2 to 4 ranks, 4 MiB from
+    /// 5: [`p2p_ring_bytes`]). The same on every rank.
     pub p2p_ring_bytes: Option<u64>,
     /// `SYMM_LL_MAX_BYTES`: the most data one LL slot holds, one rank's
     /// contribution to one call (default 1 MiB at 2 ranks, 512 KiB from
@@ -198,5 +217,18 @@ fn param_in_range(warn: &mut Vec<String>, name: &str, default: f64, lo: f64, hi:
     } else {
         warn.push(format!("{PREFIX}{name}={v} is outside [{lo}, {hi}]; using {default}"));
         default
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_16_mib_ring_where_it_was_measured_or_predicted() {
+        assert_eq!(p2p_ring_bytes_default(2), 16 << 20, "measured on 2 GPUs");
+        assert_eq!(p2p_ring_bytes_default(3), 16 << 20, "measured on 3 GPUs");
+        assert_eq!(p2p_ring_bytes_default(4), 16 << 20, "measured on 4 GPUs");
+        assert_eq!(p2p_ring_bytes_default(8), 4 << 20, "not measured at 8: 128 MiB a rank");
     }
 }

@@ -42,8 +42,8 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     // on. Like the all-reduce push, ranks must then pass the same class.
     // Never by default with SYMM_CHECK, as LL: only the synced kernel
     // compares the call across ranks.
-    // And, on the 16 MiB ring, a plain one from 64 MiB at 2 ranks
-    // (defaults::alltoall_engine_staged_by_default).
+    // And, on the 16 MiB ring, a plain one from 64 MiB at 2 ranks and 256
+    // MiB at 4 (defaults::alltoall_engine_staged_by_default).
     let ring_slots = call.comm.coll.p2p_ring_slots();
     let staged_engine = defaults::alltoall_engine_staged_by_default(call.defaulted, n as usize, n * block, ring_slots);
     let engine_by_default = call.defaulted && (call.recv_buf.is_some() || staged_engine) && !call.comm.coll.check;

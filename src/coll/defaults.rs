@@ -164,8 +164,8 @@ pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool 
     defaulted && ALLGATHER_PUSH_DEFAULT_RANKS.contains(&nranks)
 }
 
-/// Under `auto`, on a 16 MiB ring (1024 slots: the default at 2 ranks,
-/// config::p2p_ring_bytes), a send/recv launch whose largest operation has
+/// Under `auto`, on a 16 MiB ring (1024 slots: the default at 2 to 4
+/// ranks, config::p2p_ring_bytes), a send/recv launch whose largest operation has
 /// at least this many bytes moves 4 ring chunks between a warp group's
 /// flags (`p2p:...:stride=4`; the kernel lowers it to the chunks per group
 /// of smaller operations). On 2 x H200 (2026-11-28, thirteenth session,
@@ -175,7 +175,10 @@ pub(crate) fn allgather_push_by_default(defaulted: bool, nranks: usize) -> bool 
 /// and 0.96 / 1.00x, 1 GiB 0.94 / 0.99x and 0.94 / 0.99x; the all-to-all
 /// on the engine with stride 4 0.98-1.00x from 64 MiB (its operations 32
 /// MiB and up). On the 4 MiB ring stride 4 gained nothing (0.72-0.77x
-/// either way): the ring, not the flags, bounded the bytes in flight.
+/// either way): the ring, not the flags, bounded the bytes in flight. At 4
+/// ranks on the 16 MiB ring (4 x H200, 2026-11-28, sixteenth session,
+/// `p2p:4`, plain buffers, eager) `auto` with this rule 1.09 / 0.99 /
+/// 0.99x at 64 MiB / 256 MiB / 1 GiB, stride 2 1.10 / 0.99 / 0.98x.
 const P2P_STRIDE4_FROM: u64 = 32 << 20;
 
 /// log2 of the stride `auto` gives a send/recv launch on a ring of
@@ -210,8 +213,17 @@ pub(crate) fn p2p_ll_log2_by_default(api: OpId) -> u8 {
 /// NCCL's faster column over each, eager / graph-replayed) the engine with
 /// stride 4 against the synced kernel: 64 MiB 1.00 / 0.84x and 1.00 /
 /// 0.84x, 256 MiB 0.98 / 0.81x and 0.98 / 0.81x, 1 GiB 0.98 / 0.81x and
-/// 0.98 / 0.81x; at 16 MiB 0.81 / 0.85x (so not there).
-const ALLTOALL_ENGINE_STAGED_FROM: [(usize, u64); 1] = [(2, 64 << 20)];
+/// 0.98 / 0.81x; at 16 MiB 0.81 / 0.85x (so not there). At 4 ranks (4 x
+/// H200, 2026-11-28, sixteenth session, `p2p:4` on the 16 MiB ring, eager)
+/// the engine with stride 4 against the synced kernel: 256 MiB 0.98 /
+/// 0.88x, 1 GiB 0.92 / 0.83x; at 64 MiB (16 MiB blocks, which `auto`
+/// sends with stride 1) stride 1-4 0.91-0.97x against 0.91x: not clearly
+/// there. As the default, against the synced kernel in the next process
+/// (call 4 of that session): eager 256 MiB 659 against 715 us, 1 GiB 2505
+/// against 2804; graph-replayed 699 against 710 and 2896 against 2809 (3 %
+/// slower there: the one cell it loses). At 3 ranks the synced kernel is
+/// 1.20-1.23x NCCL from 64 MiB (that run's `sweep:3`): no engine.
+const ALLTOALL_ENGINE_STAGED_FROM: [(usize, u64); 2] = [(2, 64 << 20), (4, 256 << 20)];
 
 /// Whether `auto` sends an out-of-place all-to-all with a plain recvbuff
 /// of `bytes` (the whole output) on the engine (ring of `ring_slots`).
@@ -222,13 +234,13 @@ pub(crate) fn alltoall_engine_staged_by_default(defaulted: bool, nranks: usize, 
 }
 
 /// Largest message (per rank's contribution) sent as LL packets by default
-/// with two ranks, and at [`LL_FULL_RANKS`] ranks for [`LL_FULL_COLLS`]. On 2 x H200 (docs/PERFORMANCE.md)
+/// with two ranks, and at the rank counts and collectives of [`LL_FULL`]. On 2 x H200 (docs/PERFORMANCE.md)
 /// LL all-reduce still beats the synced one-shot at 512 KiB (6.2 vs 9.2 us
 /// graph-replayed); on 4 x H200, eager back to back, 10.1 against 16.9 us
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
-/// The LL limit at two ranks for the collectives of [`LL_FULL_COLLS`]
+/// The LL limit at two ranks for the collectives of [`LL_FULL_COLLS_TWO_RANKS`]
 /// (the slots hold that much there by default: config::ll_max_bytes). On
 /// 2 x H200 (2026-11-27, sixth session, symmetric buffers, eager / graph
 /// replayed): all-reduce of 1 MiB 11.70 / 10.34 us as LL against 13.94 /
@@ -237,30 +249,45 @@ const LL_AUTO_BYTES: u64 = 512 << 10;
 /// 11.13 us eager against 15.15, 12.95 and 12.42.
 const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
 
-/// The rank count (besides two) at which the LL limit is [`LL_AUTO_BYTES`]
-/// for the collectives of [`LL_FULL_COLLS`], because it was measured there.
-/// Elsewhere (3 ranks, 5 and more, and the other collectives; not measured
-/// with the larger limit) each rank sends n - 1 copies, so the limit
-/// shrinks by n - 1, as before.
+/// The collectives whose LL limit is [`LL_AUTO_BYTES`] at each rank count
+/// (besides two), because it was measured there. Elsewhere (5 ranks and
+/// more, the other collectives, the all-reduce at 3; not measured with the
+/// larger limit) each rank sends n - 1 copies, so the limit shrinks by
+/// n - 1, as before.
 ///
-/// Reduce-scatter, all-gather and all-to-all joined all-reduce on 4 x H100
-/// (2026-11-27, fourth session; docs/PERFORMANCE.md): predicted for
-/// reduce-scatter and all-gather at 1 MiB, 10-11 us with LL against the
-/// synced kernels' 19-21; measured eager 10.48 and 10.33 us against 21.5
-/// and 19.3 (NCCL's best 10.85 and 10.94: 1.04x and 1.06x, from 0.50x and
-/// 0.57x), graph-replayed 1.00x and 0.96x (from 0.45x and 0.48x); the LL
-/// all-to-all at 1 MiB (256 KiB a peer) 10.31 us against 18.8, 1.37x
-/// NCCL eager and 1.50x graph-replayed.
-const LL_FULL_RANKS: usize = 4;
+/// 4 ranks: reduce-scatter, all-gather and all-to-all joined all-reduce
+/// on 4 x H100 (2026-11-27, fourth session; docs/PERFORMANCE.md):
+/// predicted for reduce-scatter and all-gather at 1 MiB, 10-11 us with LL
+/// against the synced kernels' 19-21; measured eager 10.48 and 10.33 us
+/// against 21.5 and 19.3 (NCCL's best 10.85 and 10.94: 1.04x and 1.06x,
+/// from 0.50x and 0.57x), graph-replayed 1.00x and 0.96x (from 0.45x and
+/// 0.48x); the LL all-to-all at 1 MiB (256 KiB a peer) 10.31 us against
+/// 18.8, 1.37x NCCL eager and 1.50x graph-replayed.
+///
+/// 3 ranks: on 4 x H200 (2026-11-28, sixteenth session, `sweep:3`, bf16,
+/// 1 MiB, blocks of 341 KiB, NCCL's faster column over each) `ll` against
+/// `auto`'s synced kernels, staged eager / graph-replayed and symmetric
+/// eager / graph-replayed: reduce-scatter 1.46 / 1.40 / 1.39 / 1.42x
+/// against 0.77 / 0.72 / 0.70 / 0.74x, all-gather 1.22 / 1.25 / 1.24 /
+/// 1.24x against 0.76 / 0.82 / 0.95 / 1.05x (the push kernel there), the
+/// all-to-all 1.95x against 1.12x (staged eager). The all-reduce at 3
+/// ranks: its `ll` column there took the synced kernels too (1 MiB is
+/// above the one-shot LL slot), so nothing measured the larger limit.
+const LL_FULL: [(usize, &[CollId]); 2] = [
+    (3, &[CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
+    (4, &[CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
+];
 
-/// The collectives whose LL limit is [`LL_AUTO_BYTES`] at [`LL_FULL_RANKS`].
-const LL_FULL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
+/// The collectives whose LL limit at two ranks is [`LL_AUTO_BYTES_TWO_RANKS`].
+const LL_FULL_COLLS_TWO_RANKS: [CollId; 4] =
+    [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
 
 /// The LL limit of `auto` (per rank's contribution, bytes).
 pub(super) fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    if nranks == 2 && LL_FULL_COLLS.contains(&coll) {
+    let full = LL_FULL.iter().any(|&(n, colls)| n == nranks && colls.contains(&coll));
+    if nranks == 2 && LL_FULL_COLLS_TWO_RANKS.contains(&coll) {
         LL_AUTO_BYTES_TWO_RANKS
-    } else if nranks <= 2 || (nranks == LL_FULL_RANKS && LL_FULL_COLLS.contains(&coll)) {
+    } else if nranks <= 2 || full {
         LL_AUTO_BYTES
     } else {
         LL_AUTO_BYTES / (nranks as u64 - 1)
@@ -309,8 +336,10 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllGather, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::AllToAll, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::Broadcast, 4), (512 << 10) / 3, "not measured: as before");
-        assert_eq!(ll_auto_limit(CollId::AllToAll, 3), 256 << 10, "not measured: as before");
-        assert_eq!(ll_auto_limit(CollId::AllGather, 3), 256 << 10);
+        assert_eq!(ll_auto_limit(CollId::AllToAll, 3), 512 << 10, "measured on 3 GPUs (sixteenth session)");
+        assert_eq!(ll_auto_limit(CollId::AllGather, 3), 512 << 10, "measured on 3 GPUs");
+        assert_eq!(ll_auto_limit(CollId::ReduceScatter, 3), 512 << 10, "measured on 3 GPUs");
+        assert_eq!(ll_auto_limit(CollId::Broadcast, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
     }
 
@@ -322,7 +351,9 @@ mod tests {
         assert!(alltoall_engine_staged_by_default(true, 2, 64 << 20, 1024));
         assert!(!alltoall_engine_staged_by_default(true, 2, 16 << 20, 1024), "the synced kernel below 64 MiB");
         assert!(!alltoall_engine_staged_by_default(true, 2, 1 << 30, 256), "measured on the 16 MiB ring");
-        assert!(!alltoall_engine_staged_by_default(true, 4, 1 << 30, 1024), "measured at 2 ranks only");
+        assert!(alltoall_engine_staged_by_default(true, 4, 256 << 20, 1024), "4 ranks: from 256 MiB");
+        assert!(!alltoall_engine_staged_by_default(true, 4, 64 << 20, 1024), "4 ranks: not clearly faster at 64 MiB");
+        assert!(!alltoall_engine_staged_by_default(true, 3, 1 << 30, 1024), "3 ranks: the synced kernel wins");
         assert!(!alltoall_engine_staged_by_default(false, 2, 1 << 30, 1024), "an explicit SYMM_ALGO keeps its path");
     }
 
