@@ -167,6 +167,30 @@ def test_nccl_window_column_beside_nccl():
     assert "NCCL win" not in plain and "best NCCL" not in plain
 
 
+def test_env_ab_pairs_the_defaults_with_the_setting(tmp_path):
+    """scripts/device-measure's tier ab: the defaults' process and the one
+    with a variable set (steps ab_nN_CLASS_KIND_base / _env) become one
+    table, NCCL's faster column from the defaults' process."""
+    text = (DATA / "symm_bench_window.txt").read_text()
+    base = tmp_path / "ab_n2_staged_eager_base.log"
+    base.write_text("== step ab_n2_staged_eager_base: env ...\n" + text)
+    changed = text.replace("# environment: NCCL_NVLS_ENABLE=0", "# environment: NCCL_NVLS_ENABLE=0 SYMM_P2P_RING_BYTES=4194304")
+    row = "       65536         32768      bf16     sum      -1      8.00"
+    assert changed.count(row) == 1
+    other = tmp_path / "ab_n2_staged_eager_env.log"
+    other.write_text("== step ab_n2_staged_eager_env: env ...\n" + changed.replace(row, row[:-4] + "6.40"))
+    assert pt.parse_symm_bench(base.read_text())[0].step == "ab_n2_staged_eager_base"
+    md = pt.render([str(base), str(other)])
+    ab = section(md, "#### A/B: the defaults against `SYMM_P2P_RING_BYTES=4194304`, 2 ranks, eager, staged buffers")
+    assert ("| collective | size | best NCCL (µs) | defaults (µs) | `SYMM_P2P_RING_BYTES=4194304` (µs) | "
+            "best NCCL / defaults | best NCCL / `SYMM_P2P_RING_BYTES=4194304` | defaults / it |") in ab
+    assert "| All-reduce | 64 KiB | 6.00 | 8.00 | 6.40 | 0.75 | 0.94 | 1.25 |" in ab
+    assert "| All-reduce | 1 GiB | 3300.0 | 4400.0 | 4400.0 | 0.75 | 0.75 | 1.00 |" in ab
+    assert md.index("#### A/B: the defaults") < md.index("#### All-reduce, 2 ranks")
+    # Without its partner a step makes no A/B table.
+    assert "#### A/B" not in pt.render([str(base)])
+
+
 def test_nccl_window_spread_is_its_own_column(tmp_path):
     lines = (DATA / "symm_bench_window.txt").read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("#  runs: "))
@@ -599,7 +623,8 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
                                   ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"],
-                                  ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"]])
+                                  ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"],
+                                  ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -664,6 +689,13 @@ def test_device_measure_dry_run(tmp_path, args):
                          "ll_n2_symmetric_graph"]
         first = (logs / "ll_n2_symmetric_graph.log").read_text().splitlines()[0]
         assert " -G " in first and "-b 4K -e 4M -f 2" in first and "direct=64:ll=1024" in first
+    elif args[-1].startswith("ab:3:"):
+        assert names == ["build"] + [f"ab_n3_{c}_{k}_{side}" for c in ("staged", "symmetric") for k in ("eager", "graph")
+                                     for side in ("base", "env")]
+        base = (logs / "ab_n3_symmetric_graph_base.log").read_text().splitlines()[0]
+        other = (logs / "ab_n3_symmetric_graph_env.log").read_text().splitlines()[0]
+        assert "SYMM_LL_MAX_BYTES" not in base and "SYMM_ALGO" not in base and " -G " in base and "--algos" not in base
+        assert "SYMM_LL_MAX_BYTES=786432 SYMM_ALGO=ll " in other and other.split("build/c_tests")[1] == base.split("build/c_tests")[1]
     elif args[-1] == "norm:4:ll":
         assert names == ["build", "norm_n4_h4096_ll", "norm_n4_h8192_ll"]
         assert "SYMM_ALGO=ll " in (logs / "norm_n4_h4096_ll.log").read_text().splitlines()[0]
@@ -675,7 +707,7 @@ def test_device_measure_dry_run(tmp_path, args):
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n"))
+        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n", "ab_n"))
         assert has_window == with_nccl, command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
