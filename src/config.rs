@@ -32,8 +32,8 @@ pub(crate) const P2P_RING_BYTES_DEFAULT: u64 = 4 << 20;
 /// 4 MiB ring and 0.92 / 0.97 / 0.96 / 0.94x on this one, the same within
 /// 1 % below 16 MiB (graph-replayed 0.80-0.73 against 0.95-0.94): the ring
 /// bounds what a pair has in flight (docs/PERFORMANCE.md). On 4 x H200
-/// (2026-11-28, sixteenth session, `p2p:4`, plain buffers, eager, the same
-/// process order) at 4 ranks 0.86 / 0.87 / 0.77 / 0.75x on the 4 MiB ring
+/// (2026-11-28, sixteenth session, `p2p:4`, plain buffers, eager, a process
+/// per ring) at 4 ranks 0.86 / 0.87 / 0.77 / 0.75x on the 4 MiB ring
 /// and 0.99 / 1.09 / 0.99 / 0.99x on this one; from 64 KiB to 4 MiB
 /// 0.96-1.75x against 0.92-1.74x. At 3 ranks, predicted from the same
 /// bound (0.74-0.88x from 16 MiB on the 4 MiB ring in that run's
@@ -53,7 +53,8 @@ pub(crate) fn p2p_ring_bytes(cfg: &Config, nranks: usize) -> u64 {
 }
 
 fn p2p_ring_bytes_default(nranks: usize) -> u64 {
-    if nranks <= 4 {
+    // One rank sends only to itself: the small ring.
+    if (2..=4).contains(&nranks) {
         P2P_RING_BYTES_UP_TO_4_RANKS
     } else {
         P2P_RING_BYTES_DEFAULT
@@ -230,5 +231,6 @@ mod tests {
         assert_eq!(p2p_ring_bytes_default(3), 16 << 20, "measured on 3 GPUs");
         assert_eq!(p2p_ring_bytes_default(4), 16 << 20, "measured on 4 GPUs");
         assert_eq!(p2p_ring_bytes_default(8), 4 << 20, "not measured at 8: 128 MiB a rank");
+        assert_eq!(p2p_ring_bytes_default(1), 4 << 20, "one rank: only itself to send to");
     }
 }
