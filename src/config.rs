@@ -19,7 +19,7 @@ pub(crate) const LL_MAX_BYTES_DEFAULT: u64 = 512 << 10;
 /// sixth session): the slots then take 8 MiB of symmetric memory a rank.
 pub(crate) const LL_MAX_BYTES_TWO_RANKS: u64 = 1 << 20;
 
-/// `SYMM_P2P_RING_BYTES`'s default from 5 ranks: the send/recv engine's
+/// `SYMM_P2P_RING_BYTES`'s default at 1 rank and from 5: the send/recv engine's
 /// ring per channel, 256 chunks of 16 KiB, as before the thirteenth
 /// session (not measured larger there; the rings take nranks x this a
 /// rank, so 16 MiB would be 128 MiB at 8).

@@ -240,7 +240,7 @@ pub(crate) fn alltoall_engine_staged_by_default(defaulted: bool, nranks: usize, 
 /// at 256 KiB and 14.5 against 22.4 at 512 KiB (NCCL 11.9 and 14.6).
 const LL_AUTO_BYTES: u64 = 512 << 10;
 
-/// The LL limit at two ranks for the collectives of [`LL_FULL_COLLS_TWO_RANKS`]
+/// The LL limit at two ranks for the collectives of [`LL_FULL`]
 /// (the slots hold that much there by default: config::ll_max_bytes). On
 /// 2 x H200 (2026-11-27, sixth session, symmetric buffers, eager / graph
 /// replayed): all-reduce of 1 MiB 11.70 / 10.34 us as LL against 13.94 /
@@ -249,11 +249,11 @@ const LL_AUTO_BYTES: u64 = 512 << 10;
 /// 11.13 us eager against 15.15, 12.95 and 12.42.
 const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
 
-/// The collectives whose LL limit is [`LL_AUTO_BYTES`] at each rank count
-/// (besides two), because it was measured there. Elsewhere (5 ranks and
-/// more, the other collectives, the all-reduce at 3; not measured with the
-/// larger limit) each rank sends n - 1 copies, so the limit shrinks by
-/// n - 1, as before.
+/// The LL limit per rank count for the collectives measured with it (2
+/// ranks: [`LL_AUTO_BYTES_TWO_RANKS`]; 3 and 4: [`LL_AUTO_BYTES`]).
+/// Elsewhere (5 ranks and more, the other collectives, the all-reduce at
+/// 3; not measured with the larger limit) each rank sends n - 1 copies, so
+/// the limit shrinks by n - 1, as before.
 ///
 /// 4 ranks: reduce-scatter, all-gather and all-to-all joined all-reduce
 /// on 4 x H100 (2026-11-27, fourth session; docs/PERFORMANCE.md):
@@ -273,24 +273,22 @@ const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
 /// all-to-all 1.95x against 1.12x (staged eager). The all-reduce at 3
 /// ranks: its `ll` column there took the synced kernels too (1 MiB is
 /// above the one-shot LL slot), so nothing measured the larger limit.
-const LL_FULL: [(usize, &[CollId]); 2] = [
-    (3, &[CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
-    (4, &[CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
+const LL_FULL: [(usize, u64, &[CollId]); 3] = [
+    (2, LL_AUTO_BYTES_TWO_RANKS, &ALL_LL_COLLS),
+    (3, LL_AUTO_BYTES, &[CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
+    (4, LL_AUTO_BYTES, &ALL_LL_COLLS),
 ];
 
-/// The collectives whose LL limit at two ranks is [`LL_AUTO_BYTES_TWO_RANKS`].
-const LL_FULL_COLLS_TWO_RANKS: [CollId; 4] =
-    [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
+/// The collectives measured with the larger LL limits at 2 and 4 ranks.
+const ALL_LL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
 
-/// The LL limit of `auto` (per rank's contribution, bytes).
+/// The LL limit of `auto` (per rank's contribution, bytes): the measured
+/// one of [`LL_FULL`], else [`LL_AUTO_BYTES`] shared among the n - 1 copies
+/// a rank sends (all of it at 1 or 2 ranks).
 pub(super) fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
-    let full = LL_FULL.iter().any(|&(n, colls)| n == nranks && colls.contains(&coll));
-    if nranks == 2 && LL_FULL_COLLS_TWO_RANKS.contains(&coll) {
-        LL_AUTO_BYTES_TWO_RANKS
-    } else if nranks <= 2 || full {
-        LL_AUTO_BYTES
-    } else {
-        LL_AUTO_BYTES / (nranks as u64 - 1)
+    match LL_FULL.iter().find(|&&(n, _, colls)| n == nranks && colls.contains(&coll)) {
+        Some(&(_, limit, _)) => limit,
+        None => LL_AUTO_BYTES / (nranks.max(2) as u64 - 1),
     }
 }
 
