@@ -68,6 +68,31 @@ pub(crate) fn ll_max_bytes(cfg: &Config, nranks: usize) -> u64 {
     cfg.ll_max_bytes.unwrap_or(if nranks == 2 { LL_MAX_BYTES_TWO_RANKS } else { LL_MAX_BYTES_DEFAULT })
 }
 
+/// The data one of send/recv's own LL slots holds at 2 to 4 ranks, where
+/// `auto` sends a message of up to 1 MiB as LL packets (coll::defaults
+/// `P2P_LL_LOG2_KIB`). On 4 x H200 (2026-11-28, seventeenth session, plain
+/// buffers, NCCL's faster column over each, eager / graph-replayed) send/recv
+/// of 1 MiB with the slots this large against the collectives' 512 KiB:
+/// 1.32 / 1.43x against 0.94 / 1.00x at 3 ranks and 1.31 / 1.43x against
+/// 0.94 / 1.02x at 4 (symmetric buffers 1.32 / 1.41x against 1.27 / 1.38x;
+/// 256 KiB - 4 MiB otherwise within 2 %). The collectives' slots keep
+/// [`ll_max_bytes`]: a larger one would move the two-shot LL all-reduce's
+/// reach, which that run did not measure. 16 MiB of symmetric memory a
+/// rank at 4 ranks (8 before).
+pub(crate) const P2P_LL_MAX_BYTES_UP_TO_4_RANKS: u64 = 1 << 20;
+
+/// The data one of send/recv's own LL slots holds on a communicator of
+/// `nranks`: the variable's value where it is set (both kinds of slot
+/// follow it, as before), else at least the collectives' slot and 1 MiB at
+/// 2 to 4 ranks.
+pub(crate) fn p2p_ll_max_bytes(cfg: &Config, nranks: usize) -> u64 {
+    match cfg.ll_max_bytes {
+        Some(bytes) => bytes,
+        None if (2..=4).contains(&nranks) => P2P_LL_MAX_BYTES_UP_TO_4_RANKS.max(ll_max_bytes(cfg, nranks)),
+        None => ll_max_bytes(cfg, nranks),
+    }
+}
+
 /// Process-wide settings, from the environment.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -232,5 +257,19 @@ mod tests {
         assert_eq!(p2p_ring_bytes_default(4), 16 << 20, "measured on 4 GPUs");
         assert_eq!(p2p_ring_bytes_default(8), 4 << 20, "not measured at 8: 128 MiB a rank");
         assert_eq!(p2p_ring_bytes_default(1), 4 << 20, "one rank: only itself to send to");
+    }
+
+    #[test]
+    fn send_recv_ll_slots_hold_1_mib_at_2_to_4_ranks_unless_set() {
+        let mut cfg = get().clone();
+        cfg.ll_max_bytes = None;
+        assert_eq!(p2p_ll_max_bytes(&cfg, 2), 1 << 20, "the collectives' slots hold as much there");
+        assert_eq!(p2p_ll_max_bytes(&cfg, 3), 1 << 20, "measured on 3 GPUs");
+        assert_eq!(p2p_ll_max_bytes(&cfg, 4), 1 << 20, "measured on 4 GPUs");
+        assert_eq!(ll_max_bytes(&cfg, 4), 512 << 10, "the collectives' slots unchanged");
+        assert_eq!(p2p_ll_max_bytes(&cfg, 8), 512 << 10, "not measured at 8");
+        assert_eq!(p2p_ll_max_bytes(&cfg, 1), 512 << 10, "one rank");
+        cfg.ll_max_bytes = Some(256 << 10);
+        assert_eq!(p2p_ll_max_bytes(&cfg, 4), 256 << 10, "SYMM_LL_MAX_BYTES sets both kinds of slot");
     }
 }

@@ -189,7 +189,9 @@ pub(crate) fn p2p_stride_log2_by_default(ring_slots: u64, largest: u64) -> u8 {
 
 /// log2 of the KiB up to which `auto` sends a symmSend/symmRecv message (and
 /// the drop-in's grouped send/recv) as LL packets: 1 MiB, capped by what
-/// an LL slot holds (SYMM_LL_MAX_BYTES: 1 MiB at 2 ranks, 512 KiB from 3).
+/// send/recv's LL slot holds (config::p2p_ll_max_bytes: 1 MiB at 2 to 4
+/// ranks since the seventeenth session, 512 KiB from 5; SYMM_LL_MAX_BYTES
+/// where set).
 /// On 4 x H200 (2026-11-28, fourteenth session, `scripts/device-measure
 /// ll:2 ll:4`, NCCL's faster column over each), `p2p:...:ll=1024` against
 /// `auto` without it, eager, plain buffers: at 2 ranks 1.62-1.91x from 4
@@ -251,9 +253,9 @@ const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
 
 /// The LL limit per rank count for the collectives measured with it (2
 /// ranks: [`LL_AUTO_BYTES_TWO_RANKS`]; 3 and 4: [`LL_AUTO_BYTES`]).
-/// Elsewhere (5 ranks and more, the other collectives, the all-reduce at
-/// 3; not measured with the larger limit) each rank sends n - 1 copies, so
-/// the limit shrinks by n - 1, as before.
+/// Elsewhere (5 ranks and more, the other collectives; not measured with
+/// the larger limit) each rank sends n - 1 copies, so the limit shrinks by
+/// n - 1, as before.
 ///
 /// 4 ranks: reduce-scatter, all-gather and all-to-all joined all-reduce
 /// on 4 x H100 (2026-11-27, fourth session; docs/PERFORMANCE.md):
@@ -271,15 +273,23 @@ const LL_AUTO_BYTES_TWO_RANKS: u64 = 1 << 20;
 /// against 0.77 / 0.72 / 0.70 / 0.74x, all-gather 1.22 / 1.25 / 1.24 /
 /// 1.24x against 0.76 / 0.82 / 0.95 / 1.05x (the push kernel there), the
 /// all-to-all 1.95x against 1.12x (staged eager). The all-reduce at 3
-/// ranks: its `ll` column there took the synced kernels too (1 MiB is
-/// above the one-shot LL slot), so nothing measured the larger limit.
+/// ranks joined them on 4 x H200 (2026-11-28, seventeenth session,
+/// `SYMM_ALGO=ll` against the defaults in the next process, NCCL's faster
+/// column over each): 512 KiB as one-shot LL 10.30 / 9.49 us (staged eager
+/// / graph-replayed) against the synced kernels' 18.75 / 17.11, 1.21 /
+/// 1.25x from 0.67 / 0.69x (symmetric buffers 1.21 / 1.25x from 0.63 /
+/// 0.65x); 256 KiB was LL already. (That process's 1 MiB went as the
+/// two-shot LL form: 0.98x against 0.80x staged but 0.98 / 0.98x against
+/// 1.07 / 1.15x symmetric, so 3 ranks stay out of
+/// [`LL_TWO_SHOT_DEFAULT_RANKS`].) The fused all-reduce + RMSNorm follows
+/// the all-reduce's limit (not measured at 3 ranks from 256 KiB).
 const LL_FULL: [(usize, u64, &[CollId]); 3] = [
     (2, LL_AUTO_BYTES_TWO_RANKS, &ALL_LL_COLLS),
-    (3, LL_AUTO_BYTES, &[CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll]),
+    (3, LL_AUTO_BYTES, &ALL_LL_COLLS),
     (4, LL_AUTO_BYTES, &ALL_LL_COLLS),
 ];
 
-/// The collectives measured with the larger LL limits at 2 and 4 ranks.
+/// The collectives measured with the larger LL limits at 2, 3 and 4 ranks.
 const ALL_LL_COLLS: [CollId; 4] = [CollId::AllReduce, CollId::ReduceScatter, CollId::AllGather, CollId::AllToAll];
 
 /// The LL limit of `auto` (per rank's contribution, bytes): the measured
@@ -328,7 +338,7 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::AllGather, 2), 1 << 20, "measured on 2 GPUs");
         assert_eq!(ll_auto_limit(CollId::Broadcast, 2), 512 << 10, "not measured at 1 MiB");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 4), 512 << 10, "measured on 4 GPUs");
-        assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 256 << 10, "not measured: as before");
+        assert_eq!(ll_auto_limit(CollId::AllReduce, 3), 512 << 10, "measured on 3 GPUs (seventeenth session)");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 5), (512 << 10) / 4);
         assert_eq!(ll_auto_limit(CollId::ReduceScatter, 4), 512 << 10, "measured on 4 GPUs");
         assert_eq!(ll_auto_limit(CollId::AllGather, 4), 512 << 10, "measured on 4 GPUs");

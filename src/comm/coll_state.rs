@@ -137,8 +137,10 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     let ll_slot = 2 * config::ll_max_bytes(cfg, nranks) as usize; // a packet carries 8 data bytes in 16
     let ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * ll_slot, true)? - p.mem.space.slot(p.rank);
     // Send/recv's own LL slots (a pair's messages need not follow the
-    // collectives' lockstep): as large, plus a header packet, 256-aligned.
-    let p2p_ll_slot = ll_slot + 256;
+    // collectives' lockstep): 1 MiB of data at 2 to 4 ranks (measured
+    // there), else as large as the collectives'; plus a header packet,
+    // 256-aligned.
+    let p2p_ll_slot = 2 * config::p2p_ll_max_bytes(cfg, nranks) as usize + 256;
     let p2p_ll = symmetric::alloc(&p.mem, &p.link, 2 * nranks * p2p_ll_slot, true)? - p.mem.space.slot(p.rank);
     let mut scratch = [0u64; MAX_RANKS];
     let mut p2p_slots = [0u64; MAX_RANKS];
