@@ -189,6 +189,16 @@ def test_env_ab_pairs_the_defaults_with_the_setting(tmp_path):
     assert md.index("#### A/B: the defaults") < md.index("#### All-reduce, 2 ranks")
     # Without its partner a step makes no A/B table.
     assert "#### A/B" not in pt.render([str(base)])
+    # A second ab tier at the same rank count in the call (steps ab2_n2_...)
+    # pairs on its own.
+    second = {}
+    for side, path in (("base", base), ("env", other)):
+        second[side] = tmp_path / f"ab2_n2_staged_eager_{side}.log"
+        second[side].write_text(path.read_text().replace("ab_n2_", "ab2_n2_", 1)
+                                .replace("SYMM_P2P_RING_BYTES=4194304", "SYMM_LL_MAX_BYTES=1048576"))
+    both = pt.render([str(base), str(other), str(second["base"]), str(second["env"])])
+    assert both.count("#### A/B: the defaults against") == 2
+    assert "#### A/B: the defaults against `SYMM_LL_MAX_BYTES=1048576`, 2 ranks, eager, staged buffers" in both
 
 
 def test_nccl_window_spread_is_its_own_column(tmp_path):
@@ -624,7 +634,9 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
                                   ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"],
                                   ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"],
-                                  ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll"]])
+                                  ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll"],
+                                  ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll",
+                                   "ab:3:SYMM_LL_MAX_BYTES=1048576:sendrecv:256K-4M"]])
 def test_device_measure_dry_run(tmp_path, args):
     """Every step of the tiers, printed; the C benchmarks run with their exact
     arguments (without a GPU they check them and stop), so a bad option in
@@ -677,6 +689,9 @@ def test_device_measure_dry_run(tmp_path, args):
         assert "tp_mlp_n4_preloaded" in names
         assert names[1:5] == ["eager_c_n2", "eager_torch_n2_nccl", "eager_torch_n2_symm-auto", "eager_torch_n2_symm-symm"]
         assert "eager_c_n4" in names and "eager_torch_n4_symm-symm" in names
+        # 2-rank tests on 4 GPUs: a pair of GPUs per CTest process; 3 ranks: no second set.
+        assert "--jobs 4 --gpu-sets 0,1 2,3 --budget" in (logs / "suite_n2.log").read_text().splitlines()[0]
+        assert "--gpu-sets" not in (logs / "suite_n3.log").read_text().splitlines()[0]
         assert names[names.index("eager_torch_n4_symm-symm") + 1:][:len(host)] == host
     elif args[-1] == "p2p:2":
         assert names == ["build", "p2p_n2_staged_ring4M_eager", "p2p_n2_staged_ring4M_graph", "p2p_n2_staged_ring16M_eager",
@@ -689,6 +704,13 @@ def test_device_measure_dry_run(tmp_path, args):
                          "ll_n2_symmetric_graph"]
         first = (logs / "ll_n2_symmetric_graph.log").read_text().splitlines()[0]
         assert " -G " in first and "-b 4K -e 4M -f 2" in first and "direct=64:ll=1024" in first
+    elif args[-1].startswith("ab:3:SYMM_LL_MAX_BYTES=1048576"):
+        # A second ab tier in the call: its own step names, its collectives and sizes.
+        each = [f"_n3_{c}_{k}_{side}" for c in ("staged", "symmetric") for k in ("eager", "graph") for side in ("base", "env")]
+        assert names == ["build"] + [f"ab{s}" for s in each] + [f"ab2{s}" for s in each]
+        first = (logs / "ab2_n3_staged_graph_env.log").read_text().splitlines()[0]
+        assert "SYMM_LL_MAX_BYTES=1048576 " in first and "-c sendrecv -b 256K -e 4M -f 2 " in first
+        assert "-c allreduce,reducescatter" in (logs / "ab_n3_staged_graph_env.log").read_text().splitlines()[0]
     elif args[-1].startswith("ab:3:"):
         assert names == ["build"] + [f"ab_n3_{c}_{k}_{side}" for c in ("staged", "symmetric") for k in ("eager", "graph")
                                      for side in ("base", "env")]
@@ -707,10 +729,19 @@ def test_device_measure_dry_run(tmp_path, args):
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n", "ab_n"))
+        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n", "ab_n", "ab2_n"))
         assert has_window == with_nccl, command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()
+
+
+@pytest.mark.parametrize("tier", ["ab:3:SYMM_X=1:send-recv", "ab:3:SYMM_X=1:sendrecv:4M", "ab:3:sendrecv"])
+def test_device_measure_ab_refuses_bad_specs(tmp_path, tier):
+    env = dict(os.environ, SYMM_MEASURE_TMP=str(tmp_path), OUT=str(tmp_path / "out"))
+    r = subprocess.run([str(REPO / "scripts" / "device-measure"), "--dry-run", "--gpus", "4", tier], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "-- ab:3: " in r.stdout, r.stdout + r.stderr
+    assert "ab_n3" not in r.stdout
 
 
 def test_device_measure_host_takes_no_rank_count(tmp_path):
