@@ -51,7 +51,7 @@
 
 #define MAX_RANKS 8
 #define MAX_SIZES 256
-#define MAX_ALGOS 8
+#define MAX_ALGOS 12
 #define MAX_RUNS 16
 #define PROG "symm_bench"
 

@@ -195,6 +195,13 @@ static size_t plan_tier_m(struct mcase *out, size_t n, int coll, int dt, const i
        * elements is a whole number of chunks for every size, so also a
        * count whose last chunk is short (the slot's split between the
        * copying blocks differs for it). */
+      /* 3 Mi elements: equal blocks of whole 16-byte vectors at 3 ranks
+       * too, as the all-reduce by reduce-scatter + all-gather
+       * (SYMM_ALGO=rsag) needs (4 Mi is not a multiple of 3). */
+      if (coll == C_AR) {
+        n = add(out, n, mk(coll, dt, ops[oi], root, 1, CW_STAGED, AL_BOTH, T_M, (size_t)3 << 20));
+        n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, (size_t)3 << 20));
+      }
       if (is_p2p(coll)) {
         n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_STAGED, AL_BOTH, T_M, count + 4099));
         n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, count + 4099));

@@ -11,7 +11,8 @@
 //! floats. `write` (allreduce_write.rs) stores only: any input, a
 //! symmetric/registered output; `auto` takes it from 16 MiB at 4 ranks
 //! (64 MiB where the push kernel applies), 64 MiB at 3 and 256 MiB at 2
-//! (defaults.rs).
+//! (defaults.rs). `rsag` (allreduce_rsag.rs) runs it as a reduce-scatter
+//! and an all-gather instead, each with `auto`'s choices.
 
 use super::{
     even_rounds, opt_in_dtype, push_before_write, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
@@ -43,6 +44,11 @@ pub fn all_reduce(call: &Call) -> Result<()> {
         return call.launch_ll(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, call.dtype), bytes);
     }
     let algo = call.algo;
+    if algo.rsag {
+        if let Some(launched) = super::allreduce_rsag::launch(call) {
+            return launched;
+        }
+    }
     let two_shot = n > 1
         && match algo.base {
             Base::Auto | Base::Ll => n > 2 && bytes > TWO_SHOT_MIN_BYTES,

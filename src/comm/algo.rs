@@ -107,6 +107,12 @@ pub struct Algo {
     /// that the stores drain while the block reduces), for A/B
     /// measurements. A tuning: alone it keeps `auto`'s choices.
     pub serial: bool,
+    /// `rsag`: the all-reduce as a reduce-scatter into this rank's block of
+    /// the output and an in-place all-gather, each with `auto`'s choices
+    /// (coll/allreduce_rsag.rs: two launches, blocks of whole 16-byte
+    /// vectors, a small all-reduce of the elements left over).
+    /// Seventeenth session, not a default until measured.
+    pub rsag: bool,
 }
 
 impl Algo {
@@ -126,6 +132,7 @@ impl Algo {
             pdl: true,
             light_sync: true,
             serial: false,
+            rsag: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
@@ -166,6 +173,7 @@ impl Algo {
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
                 "serial" => a.serial = true,
+                "rsag" => a.rsag = true,
                 "pdl" => (a.pdl, pdl_named[0]) = (true, true),
                 "nopdl" | "no_pdl" | "no-pdl" => (a.pdl, pdl_named[1]) = (false, true),
                 "lightsync" | "light_sync" | "light-sync" => (a.light_sync, sync_named[0]) = (true, true),
@@ -182,7 +190,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, joined with '+')"
+                         fullsync, serial, rsag, joined with '+')"
                     ))
                 }
             }
@@ -224,7 +232,7 @@ impl Algo {
         };
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
-        // defaults), write 36, serial 37.
+        // defaults), write 36, serial 37, rsag 45.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -236,6 +244,7 @@ impl Algo {
             | (self.write as u64) << 36
             | (self.serial as u64) << 37
             | ((shape >> 21) as u64) << 38
+            | (self.rsag as u64) << 45
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -258,6 +267,7 @@ impl Algo {
             pdl: wide >> 34 & 1 == 0,
             light_sync: wide >> 35 & 1 == 0,
             serial: wide >> 37 & 1 != 0,
+            rsag: wide >> 45 & 1 != 0,
         }
     }
 }
@@ -285,6 +295,7 @@ impl std::fmt::Display for Algo {
             (!self.pdl, "nopdl"),
             (!self.light_sync, "fullsync"),
             (self.serial, "serial"),
+            (self.rsag, "rsag"),
         ] {
             if on {
                 parts.push(name);
@@ -542,6 +553,11 @@ mod tests {
         assert_eq!(Algo::parse("nopdl+fullsync").unwrap().to_string(), "auto+nopdl+fullsync");
         assert!(Algo::parse("pdl+nopdl").unwrap_err().contains("both"));
         assert!(Algo::parse("lightsync+full-sync").unwrap_err().contains("both"));
+        let rsag = Algo::parse("rsag+serial").unwrap();
+        assert!(rsag.rsag && !Algo::AUTO.rsag && !rsag.is_auto(), "rsag chooses the kernels: not auto");
+        assert_eq!((Algo::from_bits(rsag.to_bits()), rsag.to_string().as_str()), (rsag, "auto+serial+rsag"));
+        let every = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536:stride=16:ll=1024+serial+rsag").unwrap();
+        assert_eq!(Algo::from_bits(every.to_bits()), every, "bit 45 clear of the shape's bits 38-44");
         let serial = Algo::parse("write+serial").unwrap();
         assert!(serial.serial && !Algo::AUTO.serial && Algo::parse("serial").unwrap().is_auto());
         assert_eq!((Algo::from_bits(serial.to_bits()), serial.to_string().as_str()), (serial, "auto+write+serial"));
