@@ -46,7 +46,11 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     let algo = call.algo;
     if algo.rsag {
         if let Some(launched) = super::allreduce_rsag::launch(call) {
-            return launched;
+            // The elements left after the equal blocks, if any, with `rsag` off.
+            return match launched? {
+                Some(tail) => all_reduce(&tail),
+                None => Ok(()),
+            };
         }
     }
     let two_shot = n > 1

@@ -48,10 +48,12 @@ fn parts_algo(call: &Call) -> (Algo, bool) {
     }
 }
 
-/// Launch the reduce-scatter, the all-gather and (where the count leaves
-/// one) the tail's all-reduce for `call`, or `None` with nothing launched
-/// where a block would hold no vector.
-pub(super) fn launch(call: &Call) -> Option<Result<()>> {
+/// Launch the reduce-scatter and the all-gather of `call`'s blocks, or
+/// `None` with nothing launched where a block would hold no vector. What it
+/// returns on success is the all-reduce still to run over the elements left
+/// after the blocks (fewer than n vectors), if any: the caller's, with
+/// `rsag` off (one small all-reduce, LL packets where they fit).
+pub(super) fn launch<'a>(call: &Call<'a>) -> Option<Result<Option<Call<'a>>>> {
     let n = call.comm.nranks;
     let es = call.elem_size();
     let (block, tail) = split(call.count, es, n)?;
@@ -67,14 +69,8 @@ pub(super) fn launch(call: &Call) -> Option<Result<()>> {
         let all_gather =
             Call { coll: CollId::AllGather, count: block, send: mine, send_buf: call.recv_buf, algo, defaulted, ..*call };
         super::allgather::all_gather(&all_gather)?;
-        if tail == 0 {
-            return Ok(());
-        }
-        // The last few elements (fewer than n vectors): one small
-        // all-reduce, LL packets where they fit.
         let skip = block * n as u64 * es;
-        let rest = Call { count: tail, send: call.send + skip, recv: call.recv + skip, algo, defaulted, ..*call };
-        super::allreduce::all_reduce(&rest)
+        Ok((tail > 0).then(|| Call { count: tail, send: call.send + skip, recv: call.recv + skip, algo, defaulted, ..*call }))
     })())
 }
 
