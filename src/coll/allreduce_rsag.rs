@@ -1,7 +1,8 @@
 //! The all-reduce as a reduce-scatter into this rank's block of the output,
 //! then an in-place all-gather of the blocks (`SYMM_ALGO=rsag`, seventeenth
 //! session; not a default until measured). Two launches of the existing
-//! collectives, each with `auto`'s choices for its size and buffers: at 3-4
+//! collectives, each with `auto`'s choices for its size and buffers (or the
+//! kernels `SYMM_ALGO` names beside `rsag`): at 3-4
 //! ranks on plain buffers the reduce-scatter by stores (no copy-in pass, no
 //! grid-wide sync after one) and the all-gather pull or push, instead of
 //! the staged two-shot kernel, which spends a third of its time at 1 GiB
@@ -34,18 +35,10 @@ pub(super) fn split(count: u64, elem_size: u64, nranks: usize) -> Option<(u64, u
     (nranks >= 2 && block > 0).then(|| (block, count - block * n))
 }
 
-/// The algorithm the parts run under: the call's without `rsag`; where
-/// that leaves every choice to the defaults, the defaults' (the measured
-/// kernels of each collective, e.g. the reduce-scatter by stores).
+/// The algorithm the parts run under: the call's without `rsag` (which
+/// alone leaves every other choice to the defaults: `Algo::is_auto`).
 fn parts_algo(call: &Call) -> (Algo, bool) {
-    let rest = Algo { rsag: false, ..call.algo };
-    if call.defaulted {
-        (rest, true)
-    } else if rest.is_auto() {
-        (super::default_algo(rest, call.comm.nranks), true)
-    } else {
-        (rest, false)
-    }
+    (Algo { rsag: false, ..call.algo }, call.defaulted)
 }
 
 /// Launch the reduce-scatter and the all-gather of `call`'s blocks, or

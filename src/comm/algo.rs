@@ -111,7 +111,9 @@ pub struct Algo {
     /// the output and an in-place all-gather, each with `auto`'s choices
     /// (coll/allreduce_rsag.rs: two launches, blocks of whole 16-byte
     /// vectors, a small all-reduce of the elements left over).
-    /// Seventeenth session, not a default until measured.
+    /// Seventeenth session, not a default until measured. Like the
+    /// tunings, alone it keeps `auto`'s choices everywhere else, so that
+    /// `SYMM_ALGO=rsag` times the composition against the defaults.
     pub rsag: bool,
 }
 
@@ -137,12 +139,14 @@ impl Algo {
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
-    /// `serial` aside: they tune kernels, not the choice of kernel).
+    /// `serial` / `rsag` aside: they tune kernels, or in `rsag`'s case how
+    /// the all-reduce uses the other collectives' choices, not the choice of
+    /// kernel elsewhere).
     pub fn is_auto(self) -> bool {
         let t = Algo::AUTO; // every tuning as `auto` has it
         #[rustfmt::skip]
         let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
-                            pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, ..self };
+                            pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag, ..self };
         choice == Algo::AUTO
     }
 
@@ -554,7 +558,8 @@ mod tests {
         assert!(Algo::parse("pdl+nopdl").unwrap_err().contains("both"));
         assert!(Algo::parse("lightsync+full-sync").unwrap_err().contains("both"));
         let rsag = Algo::parse("rsag+serial").unwrap();
-        assert!(rsag.rsag && !Algo::AUTO.rsag && !rsag.is_auto(), "rsag chooses the kernels: not auto");
+        assert!(rsag.rsag && !Algo::AUTO.rsag && rsag.is_auto(), "rsag alone keeps auto's choices elsewhere");
+        assert!(!Algo::parse("rsag+push").unwrap().is_auto());
         assert_eq!((Algo::from_bits(rsag.to_bits()), rsag.to_string().as_str()), (rsag, "auto+serial+rsag"));
         let every = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536:stride=16:ll=1024+serial+rsag").unwrap();
         assert_eq!(Algo::from_bits(every.to_bits()), every, "bit 45 clear of the shape's bits 38-44");
