@@ -191,17 +191,17 @@ static size_t plan_tier_m(struct mcase *out, size_t n, int coll, int dt, const i
       n = add(out, n, mk(coll, dt, ops[oi], root, has_in_place(coll), CW_STAGED, AL_BOTH, T_M, count));
       n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_REGISTERED, AL_SEND, T_M, count));
       n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, count));
-      /* Point-to-point moves 2 MiB chunks through two slots; 4 Mi
-       * elements is a whole number of chunks for every size, so also a
-       * count whose last chunk is short (the slot's split between the
-       * copying blocks differs for it). */
-      /* 3 Mi elements: equal blocks of whole 16-byte vectors at 3 ranks
-       * too, as the all-reduce by reduce-scatter + all-gather
-       * (SYMM_ALGO=rsag) needs (4 Mi is not a multiple of 3). */
+      /* 3 Mi elements: for the all-reduce by reduce-scatter + all-gather
+       * (SYMM_ALGO=rsag), equal blocks of whole 16-byte vectors with no
+       * tail at 3 ranks too (4 Mi leaves a tail of 16 elements there). */
       if (coll == C_AR) {
         n = add(out, n, mk(coll, dt, ops[oi], root, 1, CW_STAGED, AL_BOTH, T_M, (size_t)3 << 20));
         n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, (size_t)3 << 20));
       }
+      /* Point-to-point moves 2 MiB chunks through two slots; 4 Mi
+       * elements is a whole number of chunks for every size, so also a
+       * count whose last chunk is short (the slot's split between the
+       * copying blocks differs for it). */
       if (is_p2p(coll)) {
         n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_STAGED, AL_BOTH, T_M, count + 4099));
         n = add(out, n, mk(coll, dt, ops[oi], root, 0, CW_SYMMETRIC, AL_ALIGNED, T_M, count + 4099));
