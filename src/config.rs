@@ -86,10 +86,11 @@ pub(crate) const P2P_LL_MAX_BYTES_UP_TO_4_RANKS: u64 = 1 << 20;
 /// follow it, as before), else at least the collectives' slot and 1 MiB at
 /// 2 to 4 ranks.
 pub(crate) fn p2p_ll_max_bytes(cfg: &Config, nranks: usize) -> u64 {
-    match cfg.ll_max_bytes {
-        Some(bytes) => bytes,
-        None if (2..=4).contains(&nranks) => P2P_LL_MAX_BYTES_UP_TO_4_RANKS.max(ll_max_bytes(cfg, nranks)),
-        None => ll_max_bytes(cfg, nranks),
+    let collectives = ll_max_bytes(cfg, nranks);
+    if cfg.ll_max_bytes.is_none() && (2..=4).contains(&nranks) {
+        collectives.max(P2P_LL_MAX_BYTES_UP_TO_4_RANKS)
+    } else {
+        collectives
     }
 }
 

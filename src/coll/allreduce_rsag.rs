@@ -35,36 +35,36 @@ pub(super) fn split(count: u64, elem_size: u64, nranks: usize) -> Option<(u64, u
     (nranks >= 2 && block > 0).then(|| (block, count - block * n))
 }
 
-/// The algorithm the parts run under: the call's without `rsag` (which
-/// alone leaves every other choice to the defaults: `Algo::is_auto`).
-fn parts_algo(call: &Call) -> (Algo, bool) {
-    (Algo { rsag: false, ..call.algo }, call.defaulted)
-}
-
 /// Launch the reduce-scatter and the all-gather of `call`'s blocks, or
 /// `None` with nothing launched where a block would hold no vector. What it
 /// returns on success is the all-reduce still to run over the elements left
 /// after the blocks (fewer than n vectors), if any: the caller's, with
 /// `rsag` off (one small all-reduce, LL packets where they fit).
 pub(super) fn launch<'a>(call: &Call<'a>) -> Option<Result<Option<Call<'a>>>> {
-    let n = call.comm.nranks;
+    let (block, tail) = split(call.count, call.elem_size(), call.comm.nranks)?;
+    Some(launch_parts(call, block, tail))
+}
+
+/// The parts run under the call's algorithm without `rsag`, which alone
+/// leaves every other choice to the defaults (`Algo::is_auto`).
+fn launch_parts<'a>(call: &Call<'a>, block: u64, tail: u64) -> Result<Option<Call<'a>>> {
     let es = call.elem_size();
-    let (block, tail) = split(call.count, es, n)?;
+    let algo = Algo { rsag: false, ..call.algo };
     let mine = call.recv + call.comm.rank as u64 * block * es;
-    let (algo, defaulted) = parts_algo(call);
-    Some((|| {
-        // In place too: the reduce-scatter's output is then this rank's
-        // block of its input (NCCL's in-place layout), which only this rank
-        // reads.
-        let reduce_scatter = Call { coll: CollId::ReduceScatter, count: block, recv: mine, algo, defaulted, ..*call };
-        super::reduce_scatter::reduce_scatter(&reduce_scatter)?;
-        // In place: sendbuff = recvbuff + rank * count.
-        let all_gather =
-            Call { coll: CollId::AllGather, count: block, send: mine, send_buf: call.recv_buf, algo, defaulted, ..*call };
-        super::allgather::all_gather(&all_gather)?;
-        let skip = block * n as u64 * es;
-        Ok((tail > 0).then(|| Call { count: tail, send: call.send + skip, recv: call.recv + skip, algo, defaulted, ..*call }))
-    })())
+    // In place too: the reduce-scatter's output is then this rank's block of
+    // its input (NCCL's in-place layout), which only this rank reads.
+    super::reduce_scatter::reduce_scatter(&Call { coll: CollId::ReduceScatter, count: block, recv: mine, algo, ..*call })?;
+    // In place: sendbuff = recvbuff + rank * count.
+    super::allgather::all_gather(&Call {
+        coll: CollId::AllGather,
+        count: block,
+        send: mine,
+        send_buf: call.recv_buf,
+        algo,
+        ..*call
+    })?;
+    let skip = block * call.comm.nranks as u64 * es;
+    Ok((tail > 0).then(|| Call { count: tail, send: call.send + skip, recv: call.recv + skip, algo, ..*call }))
 }
 
 #[cfg(test)]
