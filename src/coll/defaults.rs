@@ -126,11 +126,17 @@ pub(crate) fn write_by_default(defaulted: bool, nranks: usize, bytes: u64) -> bo
 /// 59.3. At 3 ranks (the same run, blocks not multiples of 16 bytes): 256
 /// MiB 777.1 against 781.9 (1.01x and 1.00x), 1 GiB 2917 against 3194
 /// (1.01x and 0.93x); 64 MiB 237.1 against 215.6. 5-8 ranks: not measured,
-/// no default.
+/// no default. 2 ranks left the table in the eighteenth session: since the
+/// fifteenth inlined the synced pull's copy loop it is the faster of the
+/// two there (2 x H200, 2026-11-29, `sweep:2`, one process, bf16, eager /
+/// graph-replayed): 256 MiB 483.7 / 484.2 us against the store-only
+/// kernel's 518.3 / 517.2, 1 GiB 1879.8 / 1876.9 against 1901.9 / 1904.7
+/// (NCCL's faster column 590.2 and 2034.3 eager).
+///
 /// As for the push all-reduce, ranks that pass inputs of different
 /// classes run different kernels, which the protocol check at the first
 /// sync reports as symmInvalidUsage.
-const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 3] = [(2, 256 << 20), (3, 256 << 20), (4, 64 << 20)];
+const REDUCE_SCATTER_WRITE_FROM: [(usize, u64); 2] = [(3, 256 << 20), (4, 64 << 20)];
 
 /// Whether `auto` runs the store-only reduce-scatter for an input of
 /// `bytes` (all blocks) that is `staged` (not symmetric or registered;
@@ -408,9 +414,9 @@ mod tests {
 
     #[test]
     fn reduce_scatter_writes_by_default_from_the_measured_size_on_plain_inputs() {
-        assert!(reduce_scatter_write_by_default(true, 2, 256 << 20, true));
-        assert!(!reduce_scatter_write_by_default(true, 2, 64 << 20, true), "below 256 MiB the pull is faster");
-        assert!(!reduce_scatter_write_by_default(true, 2, 1 << 30, false), "a symmetric input keeps the pull");
+        assert!(!reduce_scatter_write_by_default(true, 2, 256 << 20, true), "2 ranks: the inlined pull is faster");
+        assert!(!reduce_scatter_write_by_default(true, 2, 1 << 30, true), "2 ranks: the inlined pull is faster");
+        assert!(!reduce_scatter_write_by_default(true, 4, 1 << 30, false), "a symmetric input keeps the pull");
         assert!(reduce_scatter_write_by_default(true, 4, 64 << 20, true), "4 ranks: from 64 MiB");
         assert!(!reduce_scatter_write_by_default(true, 4, 16 << 20, true), "4 ranks: below 64 MiB the pull");
         assert!(reduce_scatter_write_by_default(true, 3, 256 << 20, true), "3 ranks: from 256 MiB");
