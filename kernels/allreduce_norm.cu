@@ -37,7 +37,10 @@
 // gives, or by a per-row scale the kernel computes and writes.
 // Aliasing: residual_out may be residual and out may be input; each unit
 // is read and then written by the same thread, and peers only ever read
-// the LL packets, never the input.
+// the LL packets, never the input. The one-shot form spread in place is
+// the exception (a row's units are sent by other blocks than the one that
+// writes it): its fenced entry holds every block's writes until all
+// blocks have sent.
 #include "ll.cuh"
 #include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE: fp16, fp32, bf16
 
@@ -202,7 +205,46 @@ __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLS
   return ok;
 }
 
-template <typename T, int Q>
+// The fenced entry: the one-shot form spread in place (out = input). A
+// block's units were read by its threads before they stored them into the
+// peers' packets, so once every block has counted itself as sent no block
+// can still read an input unit that a row's block overwrites. Every block
+// of the grid is resident by then (ll_begin's note; the host keeps the
+// grid within max_grid), so the wait is for sends already under way,
+// bounded like every wait. The last block through clears both counts for
+// the next call, which counts only after this grid has ended (stream
+// order; a programmatic dependent waits in ll_begin first). The counts
+// are the two words after the LL epoch and ll_end's count (the pad's
+// COLL_LL_COUNTERS + 2 and + 3). True in every thread unless it timed out.
+__device__ __forceinline__ bool norm_send_fence(const SymmCollArgs& a) {
+  __shared__ int timed_out;
+  __syncthreads();  // this block's sends are issued, so their input loads are done
+  if (threadIdx.x == 0) {
+    uint32_t* sent = a.epochs + SYMM_COLL_LL_COUNTERS + 2;
+    uint32_t* through = sent + 1;
+    timed_out = 0;
+    __threadfence();  // release: our reads before the count
+    atomicAdd(sent, 1u);
+    SymmSpin spin(a.wait, a.rank, blockIdx.x);
+    while (*(volatile uint32_t*)sent < gridDim.x)
+      if (spin.give_up()) {
+        timed_out = 1;
+        break;
+      }
+    __threadfence();  // acquire: the others' reads before our writes
+    if (!timed_out && atomicAdd(through, 1u) == gridDim.x - 1) {
+      *sent = 0;
+      *through = 0;
+    }
+  }
+  __syncthreads();
+  return !timed_out;
+}
+
+// FENCE (the fenced entry, its own kernel so that the others keep their
+// registers: they run at the 64-register bound) holds the rows' writes
+// until every block has sent.
+template <typename T, int Q, bool FENCE = false>
 __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
   constexpr uint32_t E = 8 / sizeof(T);
@@ -228,8 +270,8 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
     for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
       for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) send(row * upr + j);
   }
-  bool ok = true;
-  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+  bool ok = !FENCE || norm_send_fence(a);
+  for (uint64_t row = blockIdx.x; (!FENCE || ok) && row < n.rows; row += gridDim.x) {
     float x[SYMM_NORM_MAX_UNITS][E];
     const NormPart p = whole_row(row, upr);
     norm_prefetch(n, p, true);
@@ -402,9 +444,15 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
     default: body<T, SYMM_NORM_FP8_TOKEN>(n); break;              \
   }
 
+// The fenced one-shot entry serves outputs of the input's type only: the
+// only ones that may alias the input.
 #define SYMM_NORM_KERNELS(family, suffix, T)                                                                  \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_body, T)                                                          \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS)                                                    \
+      symm_allreduce_norm_ll_fenced_##suffix(SymmNormArgs n) {                                                 \
+    allreduce_norm_ll_body<T, SYMM_NORM_SAME_TYPE, true>(n);                                                   \
   }                                                                                                            \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll2_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_body, T)                                                          \

@@ -15,7 +15,10 @@
  *                  ncclAllReduce then the same kernel (--nccl-window: also
  *                  on window-registered buffers), and the library's call
  *                  symmAllReduceAddRMSNorm (residualOut into its own
- *                  buffer; rows of a multiple of 8 elements only). A size
+ *                  buffer; rows of a multiple of 8 elements only), and the
+ *                  same call in place as vLLM makes it (out = input,
+ *                  residualOut = residual: each captured call then works on
+ *                  the previous one's outputs, which changes no timing). A size
  *                  of S bytes is S/2 bf16 elements per rank: rows of
  *                  --hidden elements (fewer when S/2 is smaller).
  *
@@ -135,8 +138,11 @@ enum table { T_ONESHOT, T_RMSNORM };
 /* V_NCCL_WINDOW: ncclAllReduce on the window-registered buffers; V_LIB
  * (table rmsnorm): symmAllReduceAddRMSNorm; V_ALONE (table rmsnorm):
  * symmAllReduce alone on the same input, the floor the fused call is held
- * to ("within 1 us of the all-reduce alone"). */
-enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, V_ALONE, NVARIANTS };
+ * to ("within 1 us of the all-reduce alone"); V_LIB_IN_PLACE (table
+ * rmsnorm): symmAllReduceAddRMSNorm in place, the Python default and
+ * vLLM's call (the library takes other kernel forms there: the one-shot LL
+ * form never spreads its sends in place). */
+enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, V_ALONE, V_LIB_IN_PLACE, NVARIANTS };
 
 static int is_nccl(enum variant v) {
   return v == V_NCCL || v == V_NCCL_WINDOW;
@@ -188,10 +194,11 @@ static void enqueue(const struct shape *s, enum variant v) {
     launch(R.fused, blocks, RMS_THREADS, smem, p, "all_reduce_add_rms_norm");
     return;
   }
-  if (v == V_LIB) {
+  if (v == V_LIB || v == V_LIB_IN_PLACE) {
+    const CUdeviceptr out = v == V_LIB ? R.rms_out : R.in, residual_out = v == V_LIB ? R.residual_out : R.residual;
     check_symm(symmAllReduceAddRMSNorm((const void *)(uintptr_t)R.in, (const void *)(uintptr_t)R.residual,
-                                       (const void *)(uintptr_t)R.weight, (void *)(uintptr_t)R.rms_out,
-                                       (void *)(uintptr_t)R.residual_out, (size_t)tokens, (size_t)hidden, eps,
+                                       (const void *)(uintptr_t)R.weight, (void *)(uintptr_t)out,
+                                       (void *)(uintptr_t)residual_out, (size_t)tokens, (size_t)hidden, eps,
                                        symmBfloat16, R.r->comm, R.r->stream),
                "symmAllReduceAddRMSNorm");
     return;
@@ -296,7 +303,7 @@ static uint64_t check_output(struct tw *w, const struct shape *s, enum variant v
     }
     return bad;
   }
-  TW_CU(tu_cu.cuMemcpyDtoH(h, R.rms_out, s->elems * 2));
+  TW_CU(tu_cu.cuMemcpyDtoH(h, v == V_LIB_IN_PLACE ? R.in : R.rms_out, s->elems * 2));
   for (int t = 0; t < s->tokens; t++) {
     const size_t row = (size_t)t * s->hidden;
     double squares = 0, y[12288];
@@ -362,7 +369,8 @@ static uint64_t run_table(struct tw *w, enum table t) {
       printf("# columns: size (B) | tokens | hidden | fused (us) | symmAllReduce + norm (us) | NCCL + norm (us)%s | "
              "(symm + norm) / fused | (NCCL + norm) / fused%s | symmAllReduceAddRMSNorm (us) | "
              "(symm + norm) / symmAllReduceAddRMSNorm | (NCCL + norm) / symmAllReduceAddRMSNorm | "
-             "symmAllReduce alone (us) | symmAllReduceAddRMSNorm - alone (us) | #wrong\n",
+             "symmAllReduce alone (us) | symmAllReduceAddRMSNorm - alone (us) | in place (us) | in place - alone (us) | "
+             "#wrong\n",
              O.nccl_window ? " | NCCL window + norm (us)" : "", O.nccl_window ? " | (NCCL window + norm) / fused" : "");
     }
     fflush(stdout);
@@ -380,7 +388,7 @@ static uint64_t run_table(struct tw *w, enum table t) {
       uint64_t bad = 0;
       for (int v = 0; v < NVARIANTS; v++) {
         if ((v == V_NCCL && !O.vs_nccl) || (v == V_NCCL_WINDOW && !O.nccl_window)) continue;
-        if (v == V_LIB && (t != T_RMSNORM || s.hidden % 8 != 0)) continue;
+        if ((v == V_LIB || v == V_LIB_IN_PLACE) && (t != T_RMSNORM || s.hidden % 8 != 0)) continue;
         if (v == V_ALONE && t != T_RMSNORM) continue;
         prepare(w, &s, (enum variant)v);
         us[v] = time_graph(w, &s, (enum variant)v);
@@ -427,6 +435,13 @@ static uint64_t run_table(struct tw *w, enum table t) {
           else
             snprintf(extra, sizeof extra, "-");
           printf("  %9s  %7s", alone, extra);
+          char in_place[32], in_place_extra[32];
+          fmt(us[V_LIB_IN_PLACE], in_place, sizeof in_place);
+          if (us[V_LIB_IN_PLACE] > 0 && us[V_ALONE] > 0)
+            snprintf(in_place_extra, sizeof in_place_extra, "%.2f", us[V_LIB_IN_PLACE] - us[V_ALONE]);
+          else
+            snprintf(in_place_extra, sizeof in_place_extra, "-");
+          printf("  %9s  %7s", in_place, in_place_extra);
         }
         printf("  %6s\n", wb);
         fflush(stdout);

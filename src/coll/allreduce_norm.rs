@@ -59,18 +59,38 @@ fn spread(call: &Call) -> bool {
     !call.algo.no_spread && (call.algo.spread || call.defaulted && call.comm.nranks == SPREAD_DEFAULT_RANKS)
 }
 
-/// Whether the one-shot LL form spreads its sends over the grid (the
-/// kernel's SYMM_NORM_SPREAD): as `spread` says, but never in place. There
+/// How the one-shot LL form sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OneShotSends {
+    /// Each block its own rows' units, before it writes those rows.
+    WholeRows,
+    /// An equal share of all the units from every block of the grid (the
+    /// kernel's SYMM_NORM_SPREAD).
+    Spread,
+    /// Spread, and in place: the fenced entry, where no block writes its
+    /// rows before every block has sent.
+    SpreadFenced,
+}
+
+/// The one-shot LL form's sends: spread as `spread` says, but in place
+/// only when `spread` was asked for (`asked`), behind the fence. In place
 /// a block writes `out`, the input, for its rows while the block that
 /// sends those rows' input units to the peers may not have read them yet:
-/// a peer then sums this rank's output instead of its input (fifteenth
+/// a peer then summed this rank's output instead of its input (fifteenth
 /// session, 2 ranks, `ll+spread`, beside other processes: one warp of a
-/// row wrong on the peer). In whole rows a block sends its rows before it
+/// row wrong on the peer). The fenced entry (eighteenth session) waits for
+/// every block's sends; not yet measured, so `auto`'s spread at 4 ranks
+/// keeps whole rows in place, where a block sends its rows before it
 /// writes them. The two-shot form needs no such care: it writes a
 /// peer-owned row only after the owner's sums came back, which needed
 /// this rank's sends of that row, and never sends its own rows.
-fn one_shot_spreads(spread: bool, in_place: bool) -> bool {
-    spread && !in_place
+fn one_shot_sends(spread: bool, asked: bool, in_place: bool) -> OneShotSends {
+    match (spread, in_place) {
+        (false, _) => OneShotSends::WholeRows,
+        (true, false) => OneShotSends::Spread,
+        (true, true) if asked => OneShotSends::SpreadFenced,
+        (true, true) => OneShotSends::WholeRows,
+    }
 }
 
 /// What `out` holds.
@@ -98,9 +118,11 @@ pub struct NormRequest {
     pub output: NormOutput,
 }
 
-/// The kernels of the three forms, for one element type.
+/// The kernels of the three forms, for one element type (and the one-shot
+/// form's fenced entry, `OneShotSends::SpreadFenced`).
 struct Kernels {
     ll: &'static CStr,
+    ll_fenced: &'static CStr,
     ll_two_shot: &'static CStr,
     add_norm: &'static CStr,
 }
@@ -108,13 +130,28 @@ struct Kernels {
 /// Kernel names for the element types the op exists for.
 fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
     use symmDataType_t::*;
-    let (ll, ll_two_shot, add_norm) = match dtype {
-        symmBfloat16 => (c"symm_allreduce_norm_ll_bf16", c"symm_allreduce_norm_ll2_bf16", c"symm_add_norm_bf16"),
-        symmFloat16 => (c"symm_allreduce_norm_ll_f16", c"symm_allreduce_norm_ll2_f16", c"symm_add_norm_f16"),
-        symmFloat32 => (c"symm_allreduce_norm_ll_f32", c"symm_allreduce_norm_ll2_f32", c"symm_add_norm_f32"),
+    let (ll, ll_fenced, ll_two_shot, add_norm) = match dtype {
+        symmBfloat16 => (
+            c"symm_allreduce_norm_ll_bf16",
+            c"symm_allreduce_norm_ll_fenced_bf16",
+            c"symm_allreduce_norm_ll2_bf16",
+            c"symm_add_norm_bf16",
+        ),
+        symmFloat16 => (
+            c"symm_allreduce_norm_ll_f16",
+            c"symm_allreduce_norm_ll_fenced_f16",
+            c"symm_allreduce_norm_ll2_f16",
+            c"symm_add_norm_f16",
+        ),
+        symmFloat32 => (
+            c"symm_allreduce_norm_ll_f32",
+            c"symm_allreduce_norm_ll_fenced_f32",
+            c"symm_allreduce_norm_ll2_f32",
+            c"symm_add_norm_f32",
+        ),
         _ => return None,
     };
-    Some(Kernels { ll, ll_two_shot, add_norm })
+    Some(Kernels { ll, ll_fenced, ll_two_shot, add_norm })
 }
 
 /// Whether the two-shot LL form serves `tokens` rows of `row_bytes` at
@@ -250,7 +287,10 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let units = (r.hidden * dtype.size() / 8) as u64;
     let spread = spread(&call);
     let one_shot = call.use_ll(bytes as u64);
-    let spread_sends = one_shot && one_shot_spreads(spread, r.out as usize == r.input as usize);
+    // In place is only ever the same type (check: an fp8 out never aliases
+    // the input), the one output the fenced entry writes.
+    let sends = if one_shot { one_shot_sends(spread, call.algo.spread, r.out as usize == r.input as usize) } else { OneShotSends::WholeRows };
+    let spread_sends = sends != OneShotSends::WholeRows;
     let mut n = NormArgs {
         coll: call.args(),
         residual: r.residual as u64,
@@ -293,7 +333,9 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     } else {
         (tokens.min(if fused { max_grid } else { 65535 }), units)
     };
-    let kernel = if one_shot {
+    let kernel = if sends == OneShotSends::SpreadFenced {
+        k.ll_fenced
+    } else if one_shot {
         k.ll
     } else if two_shot {
         k.ll_two_shot
@@ -361,10 +403,14 @@ mod tests {
     }
 
     #[test]
-    fn the_one_shot_form_spreads_only_out_of_place() {
-        assert!(one_shot_spreads(true, false));
-        assert!(!one_shot_spreads(true, true), "in place a row's sends and writes stay in one block");
-        assert!(!one_shot_spreads(false, false));
+    fn the_one_shot_form_spreads_in_place_only_when_asked_and_then_fences() {
+        use OneShotSends::*;
+        assert_eq!(one_shot_sends(true, false, false), Spread, "auto's spread out of place");
+        assert_eq!(one_shot_sends(true, true, false), Spread);
+        assert_eq!(one_shot_sends(true, false, true), WholeRows, "auto in place: a row's sends and writes stay in one block");
+        assert_eq!(one_shot_sends(true, true, true), SpreadFenced, "asked in place: the fenced entry");
+        assert_eq!(one_shot_sends(false, false, true), WholeRows);
+        assert_eq!(one_shot_sends(false, false, false), WholeRows);
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub(crate) const COLL_OFFSET: usize = 64 << 10;
 /// Sync flags [block][peer].
 pub(crate) const COLL_FLAGS_OFFSET: usize = COLL_OFFSET;
 /// Per-block counters: sync epochs, staged rounds, kernels run; then the
-/// LL call epoch (`COLL_LL_COUNTERS`).
+/// LL call epoch (`COLL_LL_COUNTERS`) and three more LL counts.
 pub(crate) const COLL_EPOCHS_OFFSET: usize = COLL_FLAGS_OFFSET + COLL_MAX_BLOCKS * ROW_BYTES;
 /// Call descriptors [parity][block][peer][DESC_WORDS].
 pub(crate) const COLL_CHECK_OFFSET: usize = COLL_EPOCHS_OFFSET + 4 * COLL_MAX_BLOCKS * 4;
@@ -70,7 +70,9 @@ const _: () = assert!(P2P_SIZED_END <= FUSED_OFFSET);
 const _: () = assert!(FUSED_DESC_OFFSET + MAX_RANKS * 16 <= FUSED_BARRIER_OFFSET);
 const _: () = assert!(FUSED_DATA_OFFSET + 2 * ROW_BYTES <= FUSED_FREE_OFFSET);
 const _: () = assert!(FUSED_END <= USER_OFFSET);
-const _: () = assert!(COLL_LL_COUNTERS + 2 <= 4 * COLL_MAX_BLOCKS);
+// The LL epoch and ll_end's count of blocks, then the fused norm's fenced
+// entry's two counts (kernels/allreduce_norm.cu norm_send_fence).
+const _: () = assert!(COLL_LL_COUNTERS + 4 <= 4 * COLL_MAX_BLOCKS);
 
 /// Rank r's pad address for each r, plus the device table of user areas.
 pub struct SignalPads {
