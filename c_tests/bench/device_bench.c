@@ -347,6 +347,16 @@ static void ratio(double num, double den, char *buf, size_t len) {
   else snprintf(buf, len, "%.2f", num / den);
 }
 
+/* Two columns: the time `shown`, then `call` - `alone` ("-" where either
+ * is missing): the fused call's time over the all-reduce alone. */
+static void print_time_and_gap(double shown, double call, double alone) {
+  char a[32], d[32];
+  fmt(shown, a, sizeof a);
+  if (call > 0 && alone > 0) snprintf(d, sizeof d, "%.2f", call - alone);
+  else snprintf(d, sizeof d, "-");
+  printf("  %9s  %7s", a, d);
+}
+
 static uint64_t run_table(struct tw *w, enum table t) {
   if (w->lead) {
     /* Without --nccl-window the lines are as they always were; the window
@@ -428,20 +438,8 @@ static uint64_t run_table(struct tw *w, enum table t) {
           ratio(us[V_SYMM], us[V_LIB], r4, sizeof r4);
           ratio(us[V_NCCL], us[V_LIB], r5, sizeof r5);
           printf("  %9s  %7s  %7s", l, r4, r5);
-          char alone[32], extra[32];
-          fmt(us[V_ALONE], alone, sizeof alone);
-          if (us[V_LIB] > 0 && us[V_ALONE] > 0)
-            snprintf(extra, sizeof extra, "%.2f", us[V_LIB] - us[V_ALONE]);
-          else
-            snprintf(extra, sizeof extra, "-");
-          printf("  %9s  %7s", alone, extra);
-          char in_place[32], in_place_extra[32];
-          fmt(us[V_LIB_IN_PLACE], in_place, sizeof in_place);
-          if (us[V_LIB_IN_PLACE] > 0 && us[V_ALONE] > 0)
-            snprintf(in_place_extra, sizeof in_place_extra, "%.2f", us[V_LIB_IN_PLACE] - us[V_ALONE]);
-          else
-            snprintf(in_place_extra, sizeof in_place_extra, "-");
-          printf("  %9s  %7s", in_place, in_place_extra);
+          print_time_and_gap(us[V_ALONE], us[V_LIB], us[V_ALONE]);
+          print_time_and_gap(us[V_LIB_IN_PLACE], us[V_LIB_IN_PLACE], us[V_ALONE]);
         }
         printf("  %6s\n", wb);
         fflush(stdout);
