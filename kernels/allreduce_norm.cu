@@ -215,7 +215,10 @@ __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLS
 // the next call, which counts only after this grid has ended (stream
 // order; a programmatic dependent waits in ll_begin first). The counts
 // are the two words after the LL epoch and ll_end's count (the pad's
-// COLL_LL_COUNTERS + 2 and + 3). True in every thread unless it timed out.
+// COLL_LL_COUNTERS + 2 and + 3). True in every thread unless it timed out;
+// a timeout names this rank as the peer and SYMM_NORM_WAIT_SEND_FENCE |
+// block as the wait detail (the LL waits' details are bare block indices).
+#define SYMM_NORM_WAIT_SEND_FENCE 0x8000u
 __device__ __forceinline__ bool norm_send_fence(const SymmCollArgs& a) {
   __shared__ int timed_out;
   __syncthreads();  // this block's sends are issued, so their input loads are done
@@ -225,7 +228,7 @@ __device__ __forceinline__ bool norm_send_fence(const SymmCollArgs& a) {
     timed_out = 0;
     __threadfence();  // release: our reads before the count
     atomicAdd(sent, 1u);
-    SymmSpin spin(a.wait, a.rank, blockIdx.x);
+    SymmSpin spin(a.wait, a.rank, SYMM_NORM_WAIT_SEND_FENCE | blockIdx.x);
     while (*(volatile uint32_t*)sent < gridDim.x)
       if (spin.give_up()) {
         timed_out = 1;

@@ -140,8 +140,9 @@ enum table { T_ONESHOT, T_RMSNORM };
  * symmAllReduce alone on the same input, the floor the fused call is held
  * to ("within 1 us of the all-reduce alone"); V_LIB_IN_PLACE (table
  * rmsnorm): symmAllReduceAddRMSNorm in place, the Python default and
- * vLLM's call (the library takes other kernel forms there: the one-shot LL
- * form never spreads its sends in place). */
+ * vLLM's call (the library may take another kernel form there: under
+ * `auto` the one-shot LL form does not spread its sends in place; with
+ * SYMM_ALGO=spread it does, on its fenced entry). */
 enum variant { V_KERNEL, V_SYMM, V_NCCL, V_NCCL_WINDOW, V_LIB, V_ALONE, V_LIB_IN_PLACE, NVARIANTS };
 
 static int is_nccl(enum variant v) {

@@ -76,7 +76,7 @@ pub struct Algo {
     /// choice of kernel: alone it keeps `auto`'s choices. `auto` spreads
     /// by itself where measured faster (coll/allreduce_norm.rs), but not
     /// the one-shot form in place, which only this token spreads there
-    /// (behind a fence: allreduce_norm.rs `one_shot_send_flags`).
+    /// (behind a fence: allreduce_norm.rs `one_shot_sends`).
     pub spread: bool,
     /// `nospread`: the fused norm's LL forms one block a row, whole rows
     /// (what `auto` did before it spread at 4 ranks), for A/B measurements.
