@@ -97,20 +97,22 @@ __device__ __forceinline__ void norm_prefetch(const SymmNormArgs& n, const NormP
 
 // The part's sums are in x: add the residual, store residual_out and keep
 // its rounded values in x; `sent(j, unit)` sees every residual_out unit
-// (the two-shot form sends it to the peers). Returns the thread's sum of
-// squares.
-template <typename T, typename Sent>
-__device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, const NormPart& p,
-                                                   float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], Sent sent) {
+// (the two-shot form sends it to the peers). The residual's units come
+// from memory, or with `held` from the thread's registers (the batched
+// entry: held(k) is its unit k). Returns the thread's sum of squares.
+template <typename T, uint32_t U, typename Sent, typename Held = std::nullptr_t>
+__device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, const NormPart& p, float (&x)[U][8 / sizeof(T)],
+                                                   Sent sent, Held held = nullptr) {
   constexpr uint32_t E = 8 / sizeof(T);
   float ss = 0.f;
 #pragma unroll
-  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+  for (uint32_t k = 0; k < U; ++k) {
     const uint64_t j = p.unit(k);
     if (j >= p.hi) break;
     const uint64_t off = (p.row * p.upr + j) * 8;
     LLUnit<T> res, out;
-    res.u = *reinterpret_cast<const uint2*>(n.residual + off);
+    if constexpr (std::is_same<Held, std::nullptr_t>::value) res.u = *reinterpret_cast<const uint2*>(n.residual + off);
+    else res.u = held(k);
 #pragma unroll
     for (uint32_t e = 0; e < E; ++e) {
       const float v = x[k][e] + to_acc(res.e[e]);
@@ -128,18 +130,20 @@ __device__ __forceinline__ float norm_add_residual(const SymmNormArgs& n, const 
 // row's sum of squares) and store out. Every thread of the block calls it
 // (block reduction for the fp8 per-token scale, which needs the whole row
 // in the block).
-template <typename T, int Q>
-__device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, const NormPart& p,
-                                               float (&x)[SYMM_NORM_MAX_UNITS][8 / sizeof(T)], float squares) {
+// The weight's units come from memory, or with `held` from registers.
+template <typename T, int Q, uint32_t U, typename Held = std::nullptr_t>
+__device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, const NormPart& p, float (&x)[U][8 / sizeof(T)],
+                                               float squares, Held held = nullptr) {
   constexpr uint32_t E = 8 / sizeof(T);
   const float inv = rsqrtf(squares / (float)n.hidden + n.eps);
   float amax = 0.f;
 #pragma unroll
-  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+  for (uint32_t k = 0; k < U; ++k) {
     const uint64_t j = p.unit(k);
     if (j >= p.hi) break;
     LLUnit<T> w, out;
-    w.u = *reinterpret_cast<const uint2*>(n.weight + j * 8);
+    if constexpr (std::is_same<Held, std::nullptr_t>::value) w.u = *reinterpret_cast<const uint2*>(n.weight + j * 8);
+    else w.u = held(k);
 #pragma unroll
     for (uint32_t e = 0; e < E; ++e) {
       x[k][e] = x[k][e] * inv * to_acc(w.e[e]);  // y, kept for the fp8 outputs
@@ -161,7 +165,7 @@ __device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, const Norm
   }
   const float rcp = 1.f / scale;
 #pragma unroll
-  for (uint32_t k = 0; k < SYMM_NORM_MAX_UNITS; ++k) {
+  for (uint32_t k = 0; k < U; ++k) {
     const uint64_t j = p.unit(k);
     if (j >= p.hi) break;
     Fp8Unit<E> q;
@@ -288,6 +292,175 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
     norm_finish_row<T, Q>(n, p, x);
   }
   ll_end(a, s, ok);
+}
+
+// The batched one-shot entry (SYMM_ALGO token `batch`): a row over fewer
+// threads, several units each (the host picks blockDim from the units a
+// thread is to hold), and a thread's loads issued together instead of one
+// unit after another. In the entry above a thread's units are finished one
+// at a time: each unit's poll is a spin loop, so the next unit's packet is
+// not asked for until this one's has come, and the residual and weight
+// loads follow. With ranks co-resident on one GPU (tests/torch/
+// norm_coresident_bench.py, H200, 2026-11-29) that entry costs 2.7-3.0 us
+// over the all-reduce alone at hidden 4096 and 4.1-4.6 at 8192 (two units
+// a thread): about 1.4 us for each unit a thread holds, three dependent
+// round trips to L2. Here a thread holds its units' input, residual and
+// weight in registers, asked for before it polls; it polls all its
+// packets from a peer at once and looks again only for those not yet
+// there; so the chain after the packets land is one L2 round trip, the
+// block reduction and the stores, whatever the units a thread. At most
+// SYMM_NORM_BATCH_THREADS threads a block, so that it keeps 128 registers
+// (the 1,024-thread entries run at 64 and spill). Whole rows or spread
+// sends; spread in place (out = input) with SYMM_NORM_FENCE: a block
+// counts itself in the pad's sent word once it has sent, and a row's
+// thread 0 waits for the whole grid's count before it polls (so the wait
+// hides behind the peers' packets, which come later), and so before any
+// of the row's input is overwritten; the last block through ll_end clears
+// the count for the next call.
+#define SYMM_NORM_BATCH_THREADS 512
+// flags: the batched entry spreads in place behind its fence (a bit of
+// this family's own: abi.cuh's flags keep bits 0-1 and 8-15).
+#define SYMM_NORM_FENCE 4u
+#define SYMM_NORM_BATCH_UNITS 4  // units a thread at most: rows of up to 16 KiB
+
+// Rank r's units of the part into v: its packets in this rank's slot r
+// (the row's first unit at packet `at`). All are asked for at once, then
+// those not yet carrying the flag again, bounded. False on timeout or
+// abort (v then holds zeros where nothing came).
+__device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint32_t r,
+                                                uint64_t at, uint2 (&v)[SYMM_NORM_BATCH_UNITS]) {
+  const uint4* slot = ll_slot(a, a.rank, s.parity, r) + at;
+  uint32_t pending = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
+    v[k] = make_uint2(0, 0);
+    if (p.unit(k) < p.hi) pending |= 1u << k;
+  }
+  SymmSpin spin(a.wait, r, blockIdx.x);
+  while (pending) {
+    uint4 q[SYMM_NORM_BATCH_UNITS];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k)
+      if (pending & (1u << k))
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
+                     : "l"(slot + p.unit(k))
+                     : "memory");
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k)
+      if ((pending & (1u << k)) && q[k].y == s.flag && q[k].w == s.flag) {
+        v[k] = make_uint2(q[k].x, q[k].z);
+        pending &= ~(1u << k);
+      }
+    if (pending && spin.give_up()) return false;
+  }
+  return true;
+}
+
+// Thread 0 of a row's block, SYMM_NORM_FENCE: wait (bounded) until every
+// block of the grid has counted itself in `sent`, after its sends.
+__device__ __forceinline__ bool norm_batch_wait_sent(const SymmCollArgs& a, const uint32_t* sent) {
+  SymmSpin spin(a.wait, a.rank, SYMM_NORM_WAIT_SEND_FENCE | blockIdx.x);
+  for (;;) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sent) : "memory");
+    if (v >= gridDim.x) return true;
+    if (spin.give_up()) return false;
+  }
+}
+
+// ll_end, where the last block through also clears the fence's count: by
+// then every block has passed its wait.
+__device__ __forceinline__ void norm_batch_end(const SymmCollArgs& a, const LLState& s, bool ok, bool fenced) {
+  const int failed = __syncthreads_or(!ok);
+  if (threadIdx.x != 0 || failed) return;  // a broken communicator stays broken
+  uint32_t* c = a.epochs + SYMM_COLL_LL_COUNTERS;
+  __threadfence();
+  if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
+    if (fenced) c[2] = 0;
+    c[1] = 0;
+    c[0] = ll_next(s.epoch);
+  }
+}
+
+template <typename T, int Q>
+__device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
+  const SymmCollArgs& a = n.coll;
+  constexpr uint32_t E = 8 / sizeof(T);
+  const LLState s = ll_begin(a);
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
+  auto send = [&](uint64_t u) {
+    const uint2 v = *reinterpret_cast<const uint2*>(a.send + u * 8);
+    for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+  };
+  // The sends first, as allreduce_norm_ll_body does them (and why).
+  const bool fenced = (n.flags & SYMM_NORM_SPREAD) && (n.flags & SYMM_NORM_FENCE);
+  uint32_t* const sent = a.epochs + SYMM_COLL_LL_COUNTERS + 2;  // the pad word the fenced entry counts in too
+  if (n.flags & SYMM_NORM_SPREAD) {
+    const uint64_t total = n.rows * upr, per = (total + gridDim.x - 1) / gridDim.x;
+    const uint64_t end = min(total, (blockIdx.x + 1) * per);
+    for (uint64_t u = blockIdx.x * per + threadIdx.x; u < end; u += blockDim.x) send(u);
+    if (fenced) {
+      __syncthreads();  // this block's sends are issued, so their input loads are done
+      if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sent) : "memory");
+    }
+  } else {
+    for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
+      for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) send(row * upr + j);
+  }
+  bool ok = true;
+  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    const NormPart p = whole_row(row, upr);
+    // This rank's units, the residual's and the weight's, asked for
+    // together before the first poll. In place, this thread reads its
+    // input units here and writes them below; no other thread writes them
+    // and the peers have them as packets.
+    uint2 mine[SYMM_NORM_BATCH_UNITS], res[SYMM_NORM_BATCH_UNITS], w[SYMM_NORM_BATCH_UNITS];
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
+      const uint64_t j = p.unit(k);
+      mine[k] = res[k] = w[k] = make_uint2(0, 0);
+      if (j < p.hi) {
+        const uint64_t off = (row * upr + j) * 8;
+        mine[k] = *reinterpret_cast<const uint2*>(a.send + off);
+        res[k] = *reinterpret_cast<const uint2*>(n.residual + off);
+        w[k] = *reinterpret_cast<const uint2*>(n.weight + j * 8);
+      }
+    }
+    // Fenced, before the polls: the grid's sends are under way already and
+    // the peers' packets come later, so this wait costs little.
+    if (fenced && row == blockIdx.x && threadIdx.x == 0) ok = norm_batch_wait_sent(a, sent);
+    float x[SYMM_NORM_BATCH_UNITS][E];
+    for (uint32_t r = 0; r < a.nranks; ++r) {
+      uint2 v[SYMM_NORM_BATCH_UNITS];
+      if (r == a.rank) {
+#pragma unroll
+        for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = mine[k];
+      } else if (ok) {
+        ok = norm_batch_poll(a, s, p, r, row * upr, v);
+      } else {
+#pragma unroll
+        for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = make_uint2(0, 0);
+      }
+      // Rank order, as every form sums: every rank gets the same bits.
+#pragma unroll
+      for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
+        LLUnit<T> in;
+        in.u = v[k];
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+      }
+    }
+    // A thread that gave up stops the whole block before anything is
+    // written from what it did not receive.
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+    const float ss = norm_add_residual<T>(n, p, x, [](uint64_t, uint2) {}, [&](uint32_t k) { return res[k]; });
+    norm_scale_row<T, Q>(n, p, x, norm_block_reduce<false>(ss), [&](uint32_t k) { return w[k]; });
+  }
+  norm_batch_end(a, s, ok, fenced);
 }
 
 // The two-shot form's owner of rows: rank p owns [norm_owner_begin(p),
@@ -456,6 +629,10 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS)                                                    \
       symm_allreduce_norm_ll_fenced_##suffix(SymmNormArgs n) {                                                 \
     allreduce_norm_ll_body<T, SYMM_NORM_SAME_TYPE, true>(n);                                                   \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_BATCH_THREADS)                                                  \
+      symm_allreduce_norm_ll_batch_##suffix(SymmNormArgs n) {                                                  \
+    SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_batch_body, T)                                                    \
   }                                                                                                            \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll2_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_body, T)                                                          \

@@ -25,7 +25,10 @@
  *                  from the symmetric send buffer, the counts in device
  *                  memory (the kernel's entry sync waits for the peers);
  *   alltoallv_2d   symmAllToAllvDevice2d, 2 local experts, 2048 rows for
- *                  each (rank, expert), aligned to 16.
+ *                  each (rank, expert), aligned to 16;
+ *   allreduce_norm symmAllReduceAddRMSNorm, 4 tokens x 4096 bf16: the LL
+ *                  form SYMM_ALGO selects (one-shot, spread, batched)
+ *                  polls packets that never come.
  *
  * Only rank 0 calls; the other ranks allocate what is collective and then
  * wait. Rank 0 polls symmCommGetAsyncError: it must become symmTimeout no
@@ -42,9 +45,9 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, NCASES };
-static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",        "recv",      "recv_small",
-                                              "alltoall",  "alltoallv_device", "alltoallv_2d"};
+enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, K_NORM, NCASES };
+static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",         "recv",          "recv_small",
+                                              "alltoall",  "alltoallv_device", "alltoallv_2d", "allreduce_norm"};
 
 /* The device-count all-to-all-vs' counts: `splits` rows for each of
  * `entries` blocks, written to device memory at `at`; `out` (2 x entries
@@ -96,6 +99,15 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
       int64_t *splits = (int64_t *)(uintptr_t)a, *out = splits + n;
       TW_SYMM_REQUIRE(r, symmAllToAllvDevice(sym_s, splits, (void *)(uintptr_t)b, bytes, out, 1, symmUint8, r->comm,
                                              r->stream));
+      break;
+    }
+    case K_NORM: {
+      /* Input and out in `a`, residual and residualOut in `b`, the weight
+       * after them (their contents do not matter: nothing is written). */
+      const size_t tokens = 4, hidden = 4096, rows = tokens * hidden * 2;
+      char *in = (char *)(uintptr_t)a, *res = (char *)(uintptr_t)b;
+      TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, res + 2 * rows, in + rows, res + rows, tokens, hidden, 1e-5f,
+                                                 symmBfloat16, r->comm, r->stream));
       break;
     }
     default: {

@@ -67,8 +67,9 @@ enum OneShotSends {
     /// An equal share of all the units from every block of the grid (the
     /// kernel's SYMM_NORM_SPREAD).
     Spread,
-    /// Spread, and in place: the fenced entry, where no block writes its
-    /// rows before every block has sent.
+    /// Spread, and in place: the fenced entry (or with `batch` the
+    /// batched entry's own fence), where no block writes its rows before
+    /// every block has sent.
     SpreadFenced,
 }
 
@@ -84,11 +85,14 @@ enum OneShotSends {
 /// writes them. The two-shot form needs no such care: it writes a
 /// peer-owned row only after the owner's sums came back, which needed
 /// this rank's sends of that row, and never sends its own rows.
-fn one_shot_sends(spread: bool, asked: bool, in_place: bool) -> OneShotSends {
+/// The batched entry (`batch`) fences in place wherever it spreads, asked
+/// or not (`fenced`): its fence is a wait that hides behind the peers'
+/// packets (kernels/allreduce_norm.cu SYMM_NORM_FENCE).
+fn one_shot_sends(spread: bool, asked: bool, in_place: bool, fenced: bool) -> OneShotSends {
     match (spread, in_place) {
         (false, _) => OneShotSends::WholeRows,
         (true, false) => OneShotSends::Spread,
-        (true, true) if asked => OneShotSends::SpreadFenced,
+        (true, true) if asked || fenced => OneShotSends::SpreadFenced,
         (true, true) => OneShotSends::WholeRows,
     }
 }
@@ -123,6 +127,7 @@ pub struct NormRequest {
 struct Kernels {
     ll: &'static CStr,
     ll_fenced: &'static CStr,
+    ll_batch: &'static CStr,
     ll_two_shot: &'static CStr,
     add_norm: &'static CStr,
 }
@@ -130,28 +135,31 @@ struct Kernels {
 /// Kernel names for the element types the op exists for.
 fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
     use symmDataType_t::*;
-    let (ll, ll_fenced, ll_two_shot, add_norm) = match dtype {
+    let (ll, ll_fenced, ll_batch, ll_two_shot, add_norm) = match dtype {
         symmBfloat16 => (
             c"symm_allreduce_norm_ll_bf16",
             c"symm_allreduce_norm_ll_fenced_bf16",
+            c"symm_allreduce_norm_ll_batch_bf16",
             c"symm_allreduce_norm_ll2_bf16",
             c"symm_add_norm_bf16",
         ),
         symmFloat16 => (
             c"symm_allreduce_norm_ll_f16",
             c"symm_allreduce_norm_ll_fenced_f16",
+            c"symm_allreduce_norm_ll_batch_f16",
             c"symm_allreduce_norm_ll2_f16",
             c"symm_add_norm_f16",
         ),
         symmFloat32 => (
             c"symm_allreduce_norm_ll_f32",
             c"symm_allreduce_norm_ll_fenced_f32",
+            c"symm_allreduce_norm_ll_batch_f32",
             c"symm_allreduce_norm_ll2_f32",
             c"symm_add_norm_f32",
         ),
         _ => return None,
     };
-    Some(Kernels { ll, ll_fenced, ll_two_shot, add_norm })
+    Some(Kernels { ll, ll_fenced, ll_batch, ll_two_shot, add_norm })
 }
 
 /// Whether the two-shot LL form serves `tokens` rows of `row_bytes` at
@@ -181,6 +189,24 @@ fn two_shot_parts(spread: bool, per_token_scales: bool, nranks: usize, tokens: u
     }
     let owned = tokens.div_ceil(nranks).max(1) as u64;
     (max_grid as u64 / owned).min(8).min(units / 32).max(1)
+}
+
+/// kernels/allreduce_norm.cu's SYMM_NORM_BATCH_THREADS and
+/// SYMM_NORM_BATCH_UNITS: the batched entry's largest block, and the units
+/// a thread of it holds at most (so rows of up to 16 KiB).
+const NORM_BATCH_THREADS: u64 = 512;
+const NORM_BATCH_UNITS: u64 = 4;
+/// kernels/allreduce_norm.cu's SYMM_NORM_FENCE (NormArgs::flags): the
+/// batched entry spreads in place behind its fence.
+const NORM_BATCH_FENCE: u32 = 4;
+
+/// The batched entry's block for rows of `units` units, `per` units a
+/// thread (`batch=N`) where that keeps the block within
+/// NORM_BATCH_THREADS (more a thread where it would not); None for rows
+/// longer than it holds, which take the one-shot entry.
+fn batch_threads(units: u64, per: u64) -> Option<u32> {
+    (units <= NORM_BATCH_THREADS * NORM_BATCH_UNITS)
+        .then(|| (units.div_ceil(per).div_ceil(32) * 32).clamp(32, NORM_BATCH_THREADS) as u32)
 }
 
 /// Threads for rows of `units` 8-byte units: one unit a thread up to a
@@ -288,8 +314,12 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let spread = spread(&call);
     let one_shot = call.use_ll(bytes as u64);
     // In place is only ever the same type (check: an fp8 out never aliases
-    // the input), the one output the fenced entry writes.
-    let sends = if one_shot { one_shot_sends(spread, call.algo.spread, r.out as usize == r.input as usize) } else { OneShotSends::WholeRows };
+    // the input), the one output the fenced entry writes (the batched one
+    // writes every output).
+    // `batch=N`: the one-shot form on the batched entry, where its rows fit.
+    let batch_block = call.algo.norm_batch_units().filter(|_| one_shot).and_then(|per| batch_threads(units, per));
+    let in_place = r.out as usize == r.input as usize;
+    let sends = if one_shot { one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()) } else { OneShotSends::WholeRows };
     let spread_sends = sends != OneShotSends::WholeRows;
     let mut n = NormArgs {
         coll: call.args(),
@@ -301,7 +331,9 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         eps: r.eps,
         scales: scales as u64,
         quant,
-        flags: if spread_sends { NORM_SPREAD } else { 0 } | if call.algo.prefetch { NORM_PREFETCH } else { 0 },
+        flags: if spread_sends { NORM_SPREAD } else { 0 }
+            | if call.algo.prefetch { NORM_PREFETCH } else { 0 }
+            | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 },
     };
     let row_bytes = r.hidden * dtype.size();
     let ll_slot = comm.coll.ll_slot;
@@ -333,7 +365,9 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     } else {
         (tokens.min(if fused { max_grid } else { 65535 }), units)
     };
-    let kernel = if sends == OneShotSends::SpreadFenced {
+    let kernel = if batch_block.is_some() {
+        k.ll_batch
+    } else if sends == OneShotSends::SpreadFenced {
         k.ll_fenced
     } else if one_shot {
         k.ll
@@ -346,7 +380,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let dependent = fused && call.mark_dependent(&mut n.coll);
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
-    let cfg = LaunchConfig { grid: grid as u32, block: threads_for(block_units), shared_mem: 0 };
+    let block = batch_block.unwrap_or_else(|| threads_for(block_units));
+    let cfg = LaunchConfig { grid: grid as u32, block, shared_mem: 0 };
     launch::launch_as(f, cfg, stream, &mut params, dependent)
 }
 
@@ -405,16 +440,32 @@ mod tests {
     #[test]
     fn the_one_shot_form_spreads_in_place_only_when_asked_and_then_fences() {
         use OneShotSends::*;
-        assert_eq!(one_shot_sends(true, false, false), Spread, "auto's spread out of place");
-        assert_eq!(one_shot_sends(true, true, false), Spread);
-        assert_eq!(one_shot_sends(true, false, true), WholeRows, "auto in place: a row's sends and writes stay in one block");
-        assert_eq!(one_shot_sends(true, true, true), SpreadFenced, "asked in place: the fenced entry");
-        assert_eq!(one_shot_sends(false, false, true), WholeRows);
-        assert_eq!(one_shot_sends(false, false, false), WholeRows);
+        for batch in [false, true] {
+            assert_eq!(one_shot_sends(true, false, false, batch), Spread, "auto's spread out of place");
+            assert_eq!(one_shot_sends(true, true, false, batch), Spread);
+            assert_eq!(one_shot_sends(true, true, true, batch), SpreadFenced, "asked in place: behind a fence");
+            assert_eq!(one_shot_sends(false, false, true, batch), WholeRows);
+            assert_eq!(one_shot_sends(false, true, true, batch), WholeRows);
+            assert_eq!(one_shot_sends(false, false, false, batch), WholeRows);
+        }
+        assert_eq!(one_shot_sends(true, false, true, false), WholeRows, "auto in place: a row's sends and writes stay in one block");
+        assert_eq!(one_shot_sends(true, false, true, true), SpreadFenced, "batched: auto's spread in place too, behind its fence");
     }
 
     #[test]
     fn rows_fit_one_block() {
+        assert_eq!(batch_threads(1024, 4), Some(256), "hidden 4096 bf16, batch=4");
+        assert_eq!(batch_threads(1024, 1), Some(512), "two units a thread where one would take 1,024 threads");
+        assert_eq!(batch_threads(2048, 2), Some(512));
+        assert_eq!(batch_threads(2048, 4), Some(512), "hidden 8192 bf16");
+        assert_eq!(batch_threads(2049, 4), None, "above 16 KiB a row: the one-shot entry");
+        assert_eq!(batch_threads(3, 4), Some(32));
+        for units in 1..=2048 {
+            for per in [1, 2, 4] {
+                let t = batch_threads(units, per).unwrap() as u64;
+                assert!(t % 32 == 0 && t <= NORM_BATCH_THREADS && t * NORM_BATCH_UNITS >= units, "{units} units, {per}");
+            }
+        }
         assert_eq!(threads_for(1), 32);
         assert_eq!(threads_for(1024), 1024, "hidden 4096 bf16: one unit a thread");
         assert_eq!(threads_for(2048), 1024, "hidden 8192 bf16: two");

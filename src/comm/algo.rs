@@ -117,6 +117,14 @@ pub struct Algo {
     /// tunings, alone it keeps `auto`'s choices everywhere else, so that
     /// `SYMM_ALGO=rsag` times the composition against the defaults.
     pub rsag: bool,
+    /// `batch` / `batch=N` (N = 1, 2 or 4; `batch` alone 4): the fused
+    /// norm's one-shot LL form on its batched entry (kernels/
+    /// allreduce_norm.cu `allreduce_norm_ll_batch_body`): N units a thread
+    /// in blocks of at most 512, every load of a thread issued before it
+    /// polls, its packets polled at once. Nineteenth session, not a default
+    /// until measured across GPUs. A tuning: alone it keeps `auto`'s
+    /// choices. log2(N) + 1; 0: not asked.
+    pub norm_batch_log2: u8,
 }
 
 impl Algo {
@@ -137,6 +145,7 @@ impl Algo {
             light_sync: true,
             serial: false,
             rsag: false,
+            norm_batch_log2: 0,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
@@ -148,8 +157,15 @@ impl Algo {
         let t = Algo::AUTO; // every tuning as `auto` has it
         #[rustfmt::skip]
         let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
-                            pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag, ..self };
+                            pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
+                            norm_batch_log2: t.norm_batch_log2, ..self };
         choice == Algo::AUTO
+    }
+
+    /// Units a thread of the fused norm's batched entry (`batch=N`); None
+    /// when not asked.
+    pub fn norm_batch_units(self) -> Option<u64> {
+        (self.norm_batch_log2 != 0).then(|| 1 << (self.norm_batch_log2 - 1))
     }
 
     /// The most blocks `grid=N` allows (u32::MAX when not set).
@@ -180,6 +196,15 @@ impl Algo {
                 "prefetch" => a.prefetch = true,
                 "serial" => a.serial = true,
                 "rsag" => a.rsag = true,
+                "batch" => a.norm_batch_log2 = 3,
+                t if t.starts_with("batch=") => {
+                    a.norm_batch_log2 = match &t[6..] {
+                        "1" => 1,
+                        "2" => 2,
+                        "4" => 3,
+                        _ => return Err(format!("\"{t}\" in \"{s}\": batch=N with N 1, 2 or 4")),
+                    };
+                }
                 "pdl" => (a.pdl, pdl_named[0]) = (true, true),
                 "nopdl" | "no_pdl" | "no-pdl" => (a.pdl, pdl_named[1]) = (false, true),
                 "lightsync" | "light_sync" | "light-sync" => (a.light_sync, sync_named[0]) = (true, true),
@@ -196,7 +221,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, joined with '+')"
                     ))
                 }
             }
@@ -238,7 +263,7 @@ impl Algo {
         };
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
-        // defaults), write 36, serial 37, rsag 45.
+        // defaults), write 36, serial 37, rsag 45, batch 46-47.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -251,6 +276,7 @@ impl Algo {
             | (self.serial as u64) << 37
             | ((shape >> 21) as u64) << 38
             | (self.rsag as u64) << 45
+            | ((self.norm_batch_log2 & 3) as u64) << 46
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -274,6 +300,7 @@ impl Algo {
             light_sync: wide >> 35 & 1 == 0,
             serial: wide >> 37 & 1 != 0,
             rsag: wide >> 45 & 1 != 0,
+            norm_batch_log2: (wide >> 46 & 3) as u8,
         }
     }
 }
@@ -288,6 +315,7 @@ impl std::fmt::Display for Algo {
         }];
         let p2p = format!("p2p{}", self.p2p_shape);
         let grid = format!("grid={}", self.grid_cap());
+        let batch = format!("batch={}", self.norm_batch_units().unwrap_or(0));
         for (on, name) in [
             (self.push, "push"),
             (self.write, "write"),
@@ -302,6 +330,7 @@ impl std::fmt::Display for Algo {
             (!self.light_sync, "fullsync"),
             (self.serial, "serial"),
             (self.rsag, "rsag"),
+            (self.norm_batch_log2 != 0, batch.as_str()),
         ] {
             if on {
                 parts.push(name);
@@ -572,6 +601,16 @@ mod tests {
         assert!(w.write && w.push && !w.is_auto() && !Algo::AUTO.write);
         assert_eq!((Algo::from_bits(w.to_bits()), w.to_string().as_str()), (w, "twoshot+push+write+fullsync"));
         for bad in ["grid=0", "grid=3", "grid=256", "grid=x"] {
+            assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
+        }
+        let b = Algo::parse("batch+spread").unwrap();
+        assert!(b.is_auto() && b.norm_batch_units() == Some(4) && Algo::AUTO.norm_batch_units().is_none());
+        assert_eq!((Algo::from_bits(b.to_bits()), b.to_string().as_str()), (b, "auto+spread+batch=4"));
+        for (tok, units) in [("batch=1", 1), ("batch=2", 2), ("BATCH=4", 4)] {
+            let a = Algo::parse(&format!("{tok}+{}", every)).unwrap();
+            assert_eq!((a.norm_batch_units(), Algo::from_bits(a.to_bits())), (Some(units), a), "{tok}: bits 46-47 clear of the rest");
+        }
+        for bad in ["batch=3", "batch=8", "batch=0", "batch="] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }
     }
