@@ -326,7 +326,9 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
 // Rank r's units of the part into v: its packets in this rank's slot r
 // (the row's first unit at packet `at`). All are asked for at once, then
 // those not yet carrying the flag again, bounded. False on timeout or
-// abort (v then holds zeros where nothing came).
+// abort (v then holds zeros where nothing came). Not ll_try_get in a loop:
+// its load and its flag test sit together, and the loads issued first,
+// all of them, then tested are the point here.
 __device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint32_t r,
                                                 uint64_t at, uint2 (&v)[SYMM_NORM_BATCH_UNITS]) {
   const uint4* slot = ll_slot(a, a.rank, s.parity, r) + at;
@@ -369,8 +371,10 @@ __device__ __forceinline__ bool norm_batch_wait_sent(const SymmCollArgs& a, cons
   }
 }
 
-// ll_end, where the last block through also clears the fence's count: by
-// then every block has passed its wait.
+// ll_end (ll.cuh), where the last block through also clears the fence's
+// count: by then every block has passed its wait. A copy of it rather
+// than a change to it, which would rebuild every kernel family and change
+// their code.
 __device__ __forceinline__ void norm_batch_end(const SymmCollArgs& a, const LLState& s, bool ok, bool fenced) {
   const int failed = __syncthreads_or(!ok);
   if (threadIdx.x != 0 || failed) return;  // a broken communicator stays broken

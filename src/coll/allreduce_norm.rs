@@ -313,11 +313,11 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let units = (r.hidden * dtype.size() / 8) as u64;
     let spread = spread(&call);
     let one_shot = call.use_ll(bytes as u64);
+    // `batch=N`: the one-shot form on the batched entry, where its rows fit.
+    let batch_block = call.algo.norm_batch_units().filter(|_| one_shot).and_then(|per| batch_threads(units, per));
     // In place is only ever the same type (check: an fp8 out never aliases
     // the input), the one output the fenced entry writes (the batched one
     // writes every output).
-    // `batch=N`: the one-shot form on the batched entry, where its rows fit.
-    let batch_block = call.algo.norm_batch_units().filter(|_| one_shot).and_then(|per| batch_threads(units, per));
     let in_place = r.out as usize == r.input as usize;
     let sends = if one_shot { one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()) } else { OneShotSends::WholeRows };
     let spread_sends = sends != OneShotSends::WholeRows;
