@@ -30,6 +30,8 @@
 //  - add_norm: reads the sums from coll.send, where the library's
 //    all-reduce has left them in `out` (any size, any algorithm; or the
 //    input itself at one rank), adds and normalises into coll.recv.
+// Each form has a batched entry too (SYMM_ALGO `batch`, opt-in): a
+// thread's loads issued together instead of a unit at a time.
 //
 // Both keep the sum of squares in fp32 before rounding the residual, and
 // normalise the rounded residual (as vLLM's fused_add_rms_norm does).
@@ -323,40 +325,94 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
 #define SYMM_NORM_FENCE 4u
 #define SYMM_NORM_BATCH_UNITS 4  // units a thread at most: rows of up to 16 KiB
 
-// Rank r's units of the part into v: its packets in this rank's slot r
-// (the row's first unit at packet `at`). All are asked for at once, then
-// those not yet carrying the flag again, bounded. False on timeout or
-// abort (v then holds zeros where nothing came). Not ll_try_get in a loop:
-// its load and its flag test sit together, and the loads issued first,
-// all of them, then tested are the point here.
-__device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint32_t r,
-                                                uint64_t at, uint2 (&v)[SYMM_NORM_BATCH_UNITS]) {
-  const uint4* slot = ll_slot(a, a.rank, s.parity, r) + at;
-  uint32_t pending = 0;
+// Packets `at(k)` for the k in `pending` into v[k] (peer `peer` sends
+// them): all are asked for at once, then those not yet carrying the flag
+// again, bounded. False on timeout or abort (v then holds zeros where
+// nothing came). Not ll_try_get in a loop: its load and its flag test sit
+// together, and the loads issued first, all of them, then tested are the
+// point here.
+template <uint32_t K, typename At>
+__device__ __forceinline__ bool norm_poll_packets(const SymmCollArgs& a, uint32_t flag, uint32_t peer, uint32_t pending,
+                                                  At at, uint2 (&v)[K]) {
 #pragma unroll
-  for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
-    v[k] = make_uint2(0, 0);
-    if (p.unit(k) < p.hi) pending |= 1u << k;
-  }
-  SymmSpin spin(a.wait, r, blockIdx.x);
+  for (uint32_t k = 0; k < K; ++k) v[k] = make_uint2(0, 0);
+  SymmSpin spin(a.wait, peer, blockIdx.x);
   while (pending) {
-    uint4 q[SYMM_NORM_BATCH_UNITS];
+    uint4 q[K];
 #pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k)
+    for (uint32_t k = 0; k < K; ++k)
       if (pending & (1u << k))
         asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(q[k].x), "=r"(q[k].y), "=r"(q[k].z), "=r"(q[k].w)
-                     : "l"(slot + p.unit(k))
+                     : "l"(at(k))
                      : "memory");
 #pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k)
-      if ((pending & (1u << k)) && q[k].y == s.flag && q[k].w == s.flag) {
+    for (uint32_t k = 0; k < K; ++k)
+      if ((pending & (1u << k)) && q[k].y == flag && q[k].w == flag) {
         v[k] = make_uint2(q[k].x, q[k].z);
         pending &= ~(1u << k);
       }
     if (pending && spin.give_up()) return false;
   }
   return true;
+}
+
+// Rank r's units of the part into v: its packets in this rank's slot r
+// (the row's first unit at packet `at`), polled together.
+__device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint32_t r,
+                                                uint64_t at, uint2 (&v)[SYMM_NORM_BATCH_UNITS]) {
+  const uint4* slot = ll_slot(a, a.rank, s.parity, r) + at;
+  uint32_t pending = 0;
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k)
+    if (p.unit(k) < p.hi) pending |= 1u << k;
+  return norm_poll_packets(a, s.flag, r, pending, [&](uint32_t k) { return slot + p.unit(k); }, v);
+}
+
+// A thread's units of the part, each of this rank's input (`mine`, for
+// the sums), the residual's (`res`) and the weight's (`w`), asked for
+// together; zeros past the part. With `mine` or `res` null, not those.
+__device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const NormPart& p, uint2* mine, uint2* res,
+                                                uint2* w) {
+#pragma unroll
+  for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
+    const uint64_t j = p.unit(k), off = (p.row * p.upr + j) * 8;
+    if (mine) mine[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.coll.send + off) : make_uint2(0, 0);
+    if (res) res[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.residual + off) : make_uint2(0, 0);
+    w[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.weight + j * 8) : make_uint2(0, 0);
+  }
+}
+
+// The part's sums into x, every rank's units in rank order (so every rank
+// gets the same bits): this rank's from `mine`, a peer's from its packets
+// (the part's first unit at packet `at` of this rank's slot for it), each
+// peer's polled together. False in a thread that gave up (or started with
+// `ok` false: it waits for nothing more; zeros stand in).
+template <typename T>
+__device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint64_t at,
+                                                  bool ok, const uint2 (&mine)[SYMM_NORM_BATCH_UNITS],
+                                                  float (&x)[SYMM_NORM_BATCH_UNITS][8 / sizeof(T)]) {
+  constexpr uint32_t E = 8 / sizeof(T);
+  for (uint32_t r = 0; r < a.nranks; ++r) {
+    uint2 v[SYMM_NORM_BATCH_UNITS];
+    if (r == a.rank) {
+#pragma unroll
+      for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = mine[k];
+    } else if (ok) {
+      ok = norm_batch_poll(a, s, p, r, at, v);
+    } else {
+#pragma unroll
+      for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = make_uint2(0, 0);
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
+      LLUnit<T> in;
+      in.u = v[k];
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+    }
+  }
+  return ok;
 }
 
 // Thread 0 of a row's block, SYMM_NORM_FENCE: wait (bounded) until every
@@ -420,41 +476,12 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
     // input units here and writes them below; no other thread writes them
     // and the peers have them as packets.
     uint2 mine[SYMM_NORM_BATCH_UNITS], res[SYMM_NORM_BATCH_UNITS], w[SYMM_NORM_BATCH_UNITS];
-#pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
-      const uint64_t j = p.unit(k);
-      mine[k] = res[k] = w[k] = make_uint2(0, 0);
-      if (j < p.hi) {
-        const uint64_t off = (row * upr + j) * 8;
-        mine[k] = *reinterpret_cast<const uint2*>(a.send + off);
-        res[k] = *reinterpret_cast<const uint2*>(n.residual + off);
-        w[k] = *reinterpret_cast<const uint2*>(n.weight + j * 8);
-      }
-    }
+    norm_batch_load(n, p, mine, res, w);
     // Fenced, before the polls: the grid's sends are under way already and
     // the peers' packets come later, so this wait costs little.
     if (fenced && row == blockIdx.x && threadIdx.x == 0) ok = norm_batch_wait_sent(a, sent);
     float x[SYMM_NORM_BATCH_UNITS][E];
-    for (uint32_t r = 0; r < a.nranks; ++r) {
-      uint2 v[SYMM_NORM_BATCH_UNITS];
-      if (r == a.rank) {
-#pragma unroll
-        for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = mine[k];
-      } else if (ok) {
-        ok = norm_batch_poll(a, s, p, r, row * upr, v);
-      } else {
-#pragma unroll
-        for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = make_uint2(0, 0);
-      }
-      // Rank order, as every form sums: every rank gets the same bits.
-#pragma unroll
-      for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
-        LLUnit<T> in;
-        in.u = v[k];
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
-      }
-    }
+    ok = norm_batch_gather<T>(a, s, p, row * upr, ok, mine, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
@@ -475,6 +502,20 @@ __device__ __forceinline__ uint64_t norm_owner_begin(uint64_t rows, uint32_t nra
 // The p with norm_owner_begin(p) <= row < norm_owner_begin(p + 1).
 __device__ __forceinline__ uint32_t norm_owner(uint64_t rows, uint32_t nranks, uint64_t row) {
   return (uint32_t)(((row + 1) * nranks - 1) / rows);
+}
+
+// The two-shot form's first step: the peers' rows to their owners first,
+// so no owner waits on a row a block of ours has not sent yet. A block
+// sends, and later writes, the rows blockIdx.x + k * gridDim.x: out may be
+// the input.
+__device__ __forceinline__ void norm_send_to_owners(const SymmCollArgs& a, const LLState& s, uint64_t rows, uint64_t upr) {
+  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint32_t p = norm_owner(rows, a.nranks, row);
+    if (p == a.rank) continue;
+    uint4* slot = ll_slot(a, p, s.parity, a.rank) + (row - norm_owner_begin(rows, a.nranks, p)) * upr;
+    for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x)
+      ll_put(slot + j, *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8), s.flag);
+  }
 }
 
 template <typename T, int Q>
@@ -498,16 +539,8 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
   const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
   uint4* const squares_in = ll_slot(a, a.rank, s.parity, a.rank);  // [row * parts + piece]
-  // 1. The peers' rows to their owners first, so no owner waits on a row a
-  //    block of ours has not sent yet. A block sends, and later writes,
-  //    the rows blockIdx.x + k * gridDim.x: out may be the input.
-  for (uint64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const uint32_t p = norm_owner(rows, a.nranks, row);
-    if (p == a.rank) continue;
-    uint4* slot = ll_slot(a, p, s.parity, a.rank) + (row - norm_owner_begin(rows, a.nranks, p)) * upr;
-    for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x)
-      ll_put(slot + j, *reinterpret_cast<const uint2*>(a.send + (row * upr + j) * 8), s.flag);
-  }
+  // 1. The peers' rows to their owners first (norm_send_to_owners).
+  norm_send_to_owners(a, s, rows, upr);
   bool ok = true;
   // 2. Our rows' pieces: every rank's part in rank order, plus the
   //    residual; the rounded residual_out goes back to every peer as it is
@@ -596,6 +629,132 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   ll_end(a, s, ok);
 }
 
+// The batched two-shot entry (`batch` where the two-shot form serves):
+// allreduce_norm_ll2_body's steps with the batched entry's loads and
+// polls. In that entry a thread's units are finished one at a time (each
+// poll a spin loop, then the residual's load, then the weight's), and in
+// its third step each of a block's pieces waits for the owner's sums of
+// squares one piece after another: at 4 ranks, 1 MiB (128 tokens of
+// 4096, four pieces a row) it costs 15 us over the all-reduce alone even
+// with the ranks co-resident on one GPU (norm_coresident_bench.py,
+// 2026-11-29). Here a thread's input, residual and weight units are asked
+// for before it polls, a peer's packets and a row's squares are polled
+// together, and a block whose pieces keep their place in the row (the
+// grid a multiple of the pieces) loads the weight's units once.
+template <typename T, int Q>
+__device__ void allreduce_norm_ll2_batch_body(const SymmNormArgs& n) {
+  const SymmCollArgs& a = n.coll;
+  constexpr uint32_t E = 8 / sizeof(T);
+  constexpr uint32_t U = SYMM_NORM_BATCH_UNITS;
+  const LLState s = ll_begin(a);
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
+  const uint64_t rows = n.rows;
+  const uint32_t parts = max(1u, (n.flags >> SYMM_NORM_PARTS_SHIFT) & 0xffu);  // at most 8 (the host's)
+  const uint64_t per = (upr + parts - 1) / parts;
+  auto piece = [&](uint64_t row, uint32_t c) { return NormPart{row, upr, min(upr, c * per), min(upr, (c + 1) * per)}; };
+  const uint64_t back = (rows + a.nranks - 1) / a.nranks * upr;  // as in allreduce_norm_ll2_body
+  const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
+  const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
+  const uint4* const squares_in = ll_slot(a, a.rank, s.parity, a.rank);  // [row * parts + piece]
+  // A row's sums of squares, the owner's pieces' in piece order (the same
+  // bits everywhere): lane d of every warp polls piece d's packet, all at
+  // once, and the warp adds them up in order. False unless every lane got
+  // its packet. (Step 3 polls them with the piece's units.)
+  auto row_squares = [&](uint64_t row, uint32_t owner, float* squares) {
+    const uint32_t lane = threadIdx.x % 32;
+    uint2 v = make_uint2(0u, 0u);
+    const bool got = lane >= parts || ll_get(a, squares_in + row * parts + lane, s.flag, owner, &v);
+    float sum = 0.f;
+    for (uint32_t d = 0; d < parts; ++d) sum += __shfl_sync(0xffffffffu, __uint_as_float(v.x), d);
+    *squares = sum;
+    return __all_sync(0xffffffffu, got) != 0;
+  };
+  norm_send_to_owners(a, s, rows, upr);
+  bool ok = true;
+  // 2. Our rows' pieces (allreduce_norm_ll2_body's step 2).
+  for (uint64_t w = blockIdx.x; w < (mine1 - mine0) * parts; w += gridDim.x) {
+    const uint64_t row = mine0 + w / parts;
+    const uint32_t c = (uint32_t)(w % parts);
+    const NormPart p = piece(row, c);
+    uint2 mine[U], res[U], wt[U];
+    norm_batch_load(n, p, mine, res, wt);
+    float x[U][E];
+    ok = norm_batch_gather<T>(a, s, p, (row - mine0) * upr, ok, mine, x);
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+    const uint64_t at = back + (row - mine0) * upr;
+    const float ss = norm_add_residual<T>(
+        n, p, x,
+        [&](uint64_t j, uint2 v) {
+          for (uint32_t k = 1; k < a.nranks; ++k)
+            ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
+        },
+        [&](uint32_t k) { return res[k]; });
+    float squares = norm_block_reduce<false>(ss);
+    if (threadIdx.x == 0)
+      for (uint32_t k = parts == 1 ? 1 : 0; k < a.nranks; ++k) {
+        const uint32_t q = (a.rank + k) % a.nranks;
+        ll_put(ll_slot(a, q, s.parity, q) + row * parts + c, make_uint2(__float_as_uint(squares), 0u), s.flag);
+      }
+    if (parts > 1) {
+      ok = row_squares(row, a.rank, &squares);
+      if (__syncthreads_or(!ok)) {
+        ok = false;
+        break;
+      }
+    }
+    norm_scale_row<T, Q>(n, p, x, squares, [&](uint32_t k) { return wt[k]; });
+  }
+  // 3. The peers' rows, piece by piece (allreduce_norm_ll2_body's step 3);
+  //    the weight's units loaded again only where the piece moved.
+  uint2 wt[U];
+  uint32_t loaded = ~0u;  // the piece wt holds
+  for (uint64_t w = blockIdx.x; ok && w < rows * parts; w += gridDim.x) {
+    const uint64_t row = w / parts;
+    const uint32_t owner = norm_owner(rows, a.nranks, row);
+    if (owner == a.rank) continue;
+    const uint32_t c = (uint32_t)(w % parts);
+    const NormPart p = piece(row, c);
+    if (c != loaded) {
+      norm_batch_load(n, p, nullptr, nullptr, wt);
+      loaded = c;
+    }
+    // The piece's packets and, in lane d < parts, the row's piece d's sum
+    // of squares, polled together: one round trip once they are there,
+    // not one for the squares and then one for the units.
+    const uint4* from = ll_slot(a, a.rank, s.parity, owner) + back + (row - norm_owner_begin(rows, a.nranks, owner)) * upr;
+    const uint32_t lane = threadIdx.x % 32;
+    uint32_t pending = lane < parts ? 1u << U : 0u;
+#pragma unroll
+    for (uint32_t k = 0; k < U; ++k)
+      if (p.unit(k) < p.hi) pending |= 1u << k;
+    uint2 v[U + 1];
+    ok = norm_poll_packets(a, s.flag, owner, pending,
+                           [&](uint32_t k) { return k < U ? from + p.unit(k) : squares_in + row * parts + lane; }, v);
+    float squares = 0.f;
+    for (uint32_t d = 0; d < parts; ++d) squares += __shfl_sync(0xffffffffu, __uint_as_float(v[U].x), d);
+    // Nothing is written from a row a thread did not receive whole.
+    if (__syncthreads_or(!ok)) {
+      ok = false;
+      break;
+    }
+    float x[U][E];
+#pragma unroll
+    for (uint32_t k = 0; k < U; ++k) {
+      const uint64_t j = p.unit(k);
+      if (j < p.hi) *reinterpret_cast<uint2*>(n.residual_out + (row * upr + j) * 8) = v[k];  // the owner's bits
+      LLUnit<T> in;
+      in.u = v[k];
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
+    }
+    norm_scale_row<T, Q>(n, p, x, squares, [&](uint32_t k) { return wt[k]; });
+  }
+  ll_end(a, s, ok);
+}
+
 template <typename T, int Q>
 __device__ void add_norm_body(const SymmNormArgs& n) {
   constexpr uint32_t E = 8 / sizeof(T);
@@ -613,6 +772,55 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
       for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
     }
     norm_finish_row<T, Q>(n, p, x);
+  }
+}
+
+// The batched two-kernel entry (`batch` where the message is above the LL
+// forms): add_norm_body with a thread's units of the sums, the residual
+// and the weight asked for together, instead of a round trip to memory
+// for each unit's residual and then each unit's weight (stores to
+// residual_out and out come between them, which the compiler must assume
+// alias them). At 2 ranks, 128 tokens of 8192 (2 MiB) the old entry costs
+// 11.4 us over the all-reduce alone with the ranks co-resident on one GPU
+// (norm_coresident_bench.py, 2026-11-29). Launched as a programmatic
+// dependent of the library's all-reduce (SYMM_COLL_PDL; never at one
+// rank, where the previous kernel is the caller's and may write the
+// residual), it asks for its first row's residual and weight before it
+// waits for the all-reduce's sums: neither is written by the all-reduce
+// (check: out and the sums overlap neither), and everything before the
+// all-reduce has finished once it runs. (It gained nothing measurable in
+// the twentieth session: the all-reduces above the LL limit never let a
+// dependent start before they end. It costs nothing either, and pays
+// where an all-reduce does.)
+template <typename T, int Q>
+__device__ void add_norm_batch_body(const SymmNormArgs& n) {
+  constexpr uint32_t E = 8 / sizeof(T);
+  constexpr uint32_t U = SYMM_NORM_BATCH_UNITS;
+  const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;
+  bool waited = false;
+  for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    const NormPart p = whole_row(row, upr);
+    uint2 sums[U], res[U], w[U];
+    norm_batch_load(n, p, nullptr, res, w);
+    if (!waited) {
+#if __CUDA_ARCH__ >= 900
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      if (n.coll.mode & SYMM_COLL_PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+      waited = true;
+    }
+    uint2 unused[U];
+    norm_batch_load(n, p, sums, nullptr, unused);
+    float x[U][E];
+#pragma unroll
+    for (uint32_t k = 0; k < U; ++k) {
+      LLUnit<T> in;
+      in.u = sums[k];
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) x[k][e] = to_acc(in.e[e]);
+    }
+    const float ss = norm_add_residual<T>(n, p, x, [](uint64_t, uint2) {}, [&](uint32_t k) { return res[k]; });
+    norm_scale_row<T, Q>(n, p, x, norm_block_reduce<false>(ss), [&](uint32_t k) { return w[k]; });
   }
 }
 
@@ -641,8 +849,15 @@ __device__ void add_norm_body(const SymmNormArgs& n) {
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll2_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_body, T)                                                          \
   }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_BATCH_THREADS)                                                  \
+      symm_allreduce_norm_ll2_batch_##suffix(SymmNormArgs n) {                                                 \
+    SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_batch_body, T)                                                   \
+  }                                                                                                            \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_add_norm_##suffix(SymmNormArgs n) {             \
     SYMM_NORM_QUANT_SWITCH(add_norm_body, T)                                                                   \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_BATCH_THREADS) symm_add_norm_batch_##suffix(SymmNormArgs n) {     \
+    SYMM_NORM_QUANT_SWITCH(add_norm_batch_body, T)                                                             \
   }
 
 SYMM_FOR_EACH_OPT_IN_TYPE(SYMM_NORM_KERNELS, norm)

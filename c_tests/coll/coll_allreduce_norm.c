@@ -124,7 +124,7 @@ static int auto_choice(const char *algo) {
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {
-    int kept = len == 0 || strncmp(tok, "grid=", 5) == 0;
+    int kept = len == 0 || strncmp(tok, "grid=", 5) == 0 || token_is(tok, len, "batch") || strncmp(tok, "batch=", 6) == 0;
     for (size_t k = 0; !kept && k < sizeof keep_auto / sizeof keep_auto[0]; k++) kept = token_is(tok, len, keep_auto[k]);
     if (!kept) return 0;
   }
@@ -374,8 +374,8 @@ static void body(struct tw *w, void *ctx) {
   }
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
-   * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `nopdl`, `fullsync`, `grid=N` tune
-   * kernels and keep auto's). */
+   * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `nopdl`, `fullsync`, `grid=N`,
+   * `batch[=N]` tune kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;
   int by_default = auto_choice(algo) && w->nranks == 4 && !(check && atoi(check));

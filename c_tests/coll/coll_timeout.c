@@ -28,7 +28,13 @@
  *                  each (rank, expert), aligned to 16;
  *   allreduce_norm symmAllReduceAddRMSNorm, 4 tokens x 4096 bf16: the LL
  *                  form SYMM_ALGO selects (one-shot, spread, batched)
- *                  polls packets that never come.
+ *                  polls packets that never come;
+ *   allreduce_norm_wide
+ *                  the same, 128 tokens (1 MiB): the one-shot LL form at 2
+ *                  ranks, the two-shot LL form at 4 (and with SYMM_ALGO=ll
+ *                  at 8; batched with batch), else the all-reduce first
+ *                  (the two-kernel form, its norm kernel after the
+ *                  all-reduce that times out).
  *
  * Only rank 0 calls; the other ranks allocate what is collective and then
  * wait. Rank 0 polls symmCommGetAsyncError: it must become symmTimeout no
@@ -45,9 +51,10 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, K_NORM, NCASES };
-static const char *const case_name[NCASES] = {"allreduce", "reducescatter",    "send",         "recv",          "recv_small",
-                                              "alltoall",  "alltoallv_device", "alltoallv_2d", "allreduce_norm"};
+enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, K_NORM, K_NORM_WIDE, NCASES };
+static const char *const case_name[NCASES] = {"allreduce",        "reducescatter", "send",           "recv",
+                                              "recv_small",       "alltoall",      "alltoallv_device", "alltoallv_2d",
+                                              "allreduce_norm",   "allreduce_norm_wide"};
 
 /* The device-count all-to-all-vs' counts: `splits` rows for each of
  * `entries` blocks, written to device memory at `at`; `out` (2 x entries
@@ -101,10 +108,11 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
                                              r->stream));
       break;
     }
-    case K_NORM: {
+    case K_NORM:
+    case K_NORM_WIDE: {
       /* Input and out in `a`, residual and residualOut in `b`, the weight
        * after them (their contents do not matter: nothing is written). */
-      const size_t tokens = 4, hidden = 4096, rows = tokens * hidden * 2;
+      const size_t tokens = k == K_NORM ? 4 : 128, hidden = 4096, rows = tokens * hidden * 2;
       char *in = (char *)(uintptr_t)a, *res = (char *)(uintptr_t)b;
       TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, res + 2 * rows, in + rows, res + rows, tokens, hidden, 1e-5f,
                                                  symmBfloat16, r->comm, r->stream));

@@ -16,6 +16,9 @@
 //! of the rows, and the rows go back as LL packets (kernels/allreduce_norm.cu
 //! `allreduce_norm_ll2`; it takes the owner's residual, the same on every
 //! rank in tensor parallelism). At one rank only the norm kernel runs.
+//! With `SYMM_ALGO=batch[=N]` each form runs on its batched entry (a
+//! thread's loads issued together, a peer's packets polled at once), where
+//! a block's part of a row fits one: not yet a default.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -123,43 +126,47 @@ pub struct NormRequest {
 }
 
 /// The kernels of the three forms, for one element type (and the one-shot
-/// form's fenced entry, `OneShotSends::SpreadFenced`).
+/// form's fenced entry, `OneShotSends::SpreadFenced`; and with `batch` the
+/// batched entry of each form).
 struct Kernels {
     ll: &'static CStr,
     ll_fenced: &'static CStr,
     ll_batch: &'static CStr,
     ll_two_shot: &'static CStr,
+    ll_two_shot_batch: &'static CStr,
     add_norm: &'static CStr,
+    add_norm_batch: &'static CStr,
 }
 
 /// Kernel names for the element types the op exists for.
 fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
     use symmDataType_t::*;
-    let (ll, ll_fenced, ll_batch, ll_two_shot, add_norm) = match dtype {
-        symmBfloat16 => (
-            c"symm_allreduce_norm_ll_bf16",
-            c"symm_allreduce_norm_ll_fenced_bf16",
-            c"symm_allreduce_norm_ll_batch_bf16",
-            c"symm_allreduce_norm_ll2_bf16",
-            c"symm_add_norm_bf16",
-        ),
-        symmFloat16 => (
-            c"symm_allreduce_norm_ll_f16",
-            c"symm_allreduce_norm_ll_fenced_f16",
-            c"symm_allreduce_norm_ll_batch_f16",
-            c"symm_allreduce_norm_ll2_f16",
-            c"symm_add_norm_f16",
-        ),
-        symmFloat32 => (
-            c"symm_allreduce_norm_ll_f32",
-            c"symm_allreduce_norm_ll_fenced_f32",
-            c"symm_allreduce_norm_ll_batch_f32",
-            c"symm_allreduce_norm_ll2_f32",
-            c"symm_add_norm_f32",
-        ),
+    /// Every entry's name, for one kernels/allreduce_norm.cu suffix.
+    macro_rules! entries {
+        ($t:literal) => {
+            Kernels {
+                ll: const { cstr(concat!("symm_allreduce_norm_ll_", $t, "\0")) },
+                ll_fenced: const { cstr(concat!("symm_allreduce_norm_ll_fenced_", $t, "\0")) },
+                ll_batch: const { cstr(concat!("symm_allreduce_norm_ll_batch_", $t, "\0")) },
+                ll_two_shot: const { cstr(concat!("symm_allreduce_norm_ll2_", $t, "\0")) },
+                ll_two_shot_batch: const { cstr(concat!("symm_allreduce_norm_ll2_batch_", $t, "\0")) },
+                add_norm: const { cstr(concat!("symm_add_norm_", $t, "\0")) },
+                add_norm_batch: const { cstr(concat!("symm_add_norm_batch_", $t, "\0")) },
+            }
+        };
+    }
+    const fn cstr(s: &'static str) -> &'static CStr {
+        match CStr::from_bytes_with_nul(s.as_bytes()) {
+            Ok(c) => c,
+            Err(_) => panic!("kernel names are NUL-terminated once"),
+        }
+    }
+    Some(match dtype {
+        symmBfloat16 => entries!("bf16"),
+        symmFloat16 => entries!("f16"),
+        symmFloat32 => entries!("f32"),
         _ => return None,
-    };
-    Some(Kernels { ll, ll_fenced, ll_batch, ll_two_shot, add_norm })
+    })
 }
 
 /// Whether the two-shot LL form serves `tokens` rows of `row_bytes` at
@@ -365,19 +372,25 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     } else {
         (tokens.min(if fused { max_grid } else { 65535 }), units)
     };
-    let kernel = if batch_block.is_some() {
-        k.ll_batch
-    } else if sends == OneShotSends::SpreadFenced {
-        k.ll_fenced
-    } else if one_shot {
-        k.ll
-    } else if two_shot {
-        k.ll_two_shot
-    } else {
-        k.add_norm
+    // `batch=N` on the other forms: their batched entries, where a block's
+    // part of a row fits one.
+    let batch_block =
+        batch_block.or_else(|| call.algo.norm_batch_units().filter(|_| !one_shot).and_then(|per| batch_threads(block_units, per)));
+    let kernel = match (one_shot, two_shot, batch_block.is_some()) {
+        (true, _, true) => k.ll_batch,
+        (true, _, false) if sends == OneShotSends::SpreadFenced => k.ll_fenced,
+        (true, _, false) => k.ll,
+        (false, true, true) => k.ll_two_shot_batch,
+        (false, true, false) => k.ll_two_shot,
+        (false, false, true) => k.add_norm_batch,
+        (false, false, false) => k.add_norm,
     };
-    // Only the LL forms wait for their stream's previous kernel themselves (ll.cuh).
-    let dependent = fused && call.mark_dependent(&mut n.coll);
+    // The LL forms wait for their stream's previous kernel themselves
+    // (ll.cuh), and so does the batched norm kernel after our all-reduce,
+    // having asked for the residual and the weight first (never at one
+    // rank: there the previous kernel is the caller's, which may write them).
+    let after_our_all_reduce = !fused && comm.nranks > 1 && batch_block.is_some();
+    let dependent = (fused || after_our_all_reduce) && call.mark_dependent(&mut n.coll);
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
     let block = batch_block.unwrap_or_else(|| threads_for(block_units));

@@ -118,12 +118,14 @@ pub struct Algo {
     /// `SYMM_ALGO=rsag` times the composition against the defaults.
     pub rsag: bool,
     /// `batch` / `batch=N` (N = 1, 2 or 4; `batch` alone 4): the fused
-    /// norm's one-shot LL form on its batched entry (kernels/
-    /// allreduce_norm.cu `allreduce_norm_ll_batch_body`): N units a thread
-    /// in blocks of at most 512, every load of a thread issued before it
-    /// polls, its packets polled at once. Nineteenth session, not a default
-    /// until measured across GPUs. A tuning: alone it keeps `auto`'s
-    /// choices. log2(N) + 1; 0: not asked.
+    /// norm's forms on their batched entries (kernels/allreduce_norm.cu
+    /// `allreduce_norm_ll_batch_body`, `allreduce_norm_ll2_batch_body`,
+    /// `add_norm_batch_body`): N units a thread in blocks of at most 512,
+    /// every load of a thread issued before it polls, its packets polled at
+    /// once. The one-shot entry nineteenth session, the two-shot and
+    /// norm-kernel entries twentieth; not a default until measured across
+    /// GPUs. A tuning: alone it keeps `auto`'s choices. log2(N) + 1; 0: not
+    /// asked.
     pub norm_batch_log2: u8,
 }
 
