@@ -371,7 +371,7 @@ __device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLS
 
 // A thread's units of the part, each of this rank's input (`mine`, for
 // the sums), the residual's (`res`) and the weight's (`w`), asked for
-// together; zeros past the part. With `mine` or `res` null, not those.
+// together; zeros past the part. A null array is not loaded.
 __device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const NormPart& p, uint2* mine, uint2* res,
                                                 uint2* w) {
 #pragma unroll
@@ -379,7 +379,7 @@ __device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const Nor
     const uint64_t j = p.unit(k), off = (p.row * p.upr + j) * 8;
     if (mine) mine[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.coll.send + off) : make_uint2(0, 0);
     if (res) res[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.residual + off) : make_uint2(0, 0);
-    w[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.weight + j * 8) : make_uint2(0, 0);
+    if (w) w[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.weight + j * 8) : make_uint2(0, 0);
   }
 }
 
@@ -809,8 +809,7 @@ __device__ void add_norm_batch_body(const SymmNormArgs& n) {
 #endif
       waited = true;
     }
-    uint2 unused[U];
-    norm_batch_load(n, p, sums, nullptr, unused);
+    norm_batch_load(n, p, sums, nullptr, nullptr);
     float x[U][E];
 #pragma unroll
     for (uint32_t k = 0; k < U; ++k) {
