@@ -1,13 +1,49 @@
 """What the PyTorch benchmarks of this folder (eager_loop_bench.py,
-host_cost_bench.py) share: size lists on the command line, sizes in
-tables, the timed back-to-back loop, and the JSON documents their `table`
-subcommands read. Imports torch only inside the loop, so that tables are
-made without it."""
+host_cost_bench.py, the norm benches, ...) share: size and count lists on
+the command line, sizes in tables, the timed back-to-back loop, the JSON
+documents their `table` subcommands read, and finding torch and the
+package. Imports torch only inside functions, so that tables are made
+without it."""
 
 import argparse
 import json
+import os
 import sys
 import time
+
+# The exit status of a bench that cannot run here (CTest's and the device
+# scripts' "skipped").
+SKIP = 77
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def int_list(s):
+    """A comma-separated list of integers: an argparse type."""
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def torch_with_cuda():
+    """torch, when it is installed and sees a CUDA device; else None, after
+    saying why (the caller returns SKIP)."""
+    try:
+        import torch
+    except ImportError:
+        print("skipped: PyTorch is not installed", flush=True)
+        return None
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device", flush=True)
+        return None
+    return torch
+
+
+def import_symmcomm():
+    """The symmcomm package: installed, or this checkout's python/."""
+    try:
+        import symmcomm
+    except ImportError:
+        sys.path.insert(0, os.path.join(REPO, "python"))
+        import symmcomm
+    return symmcomm
 
 
 def parse_bytes(s):

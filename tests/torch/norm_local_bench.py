@@ -26,12 +26,9 @@ import os
 import statistics
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SKIP = 77
-
-
-def int_list(s):
-    return [int(x) for x in s.split(",") if x.strip()]
+# This folder's shared helpers.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import SKIP, import_symmcomm, int_list, torch_with_cuda  # noqa: E402
 
 
 def main(argv):
@@ -41,19 +38,10 @@ def main(argv):
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--replays", type=int, default=5)
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("skipped: PyTorch is not installed", flush=True)
+    torch = torch_with_cuda()
+    if torch is None:
         return SKIP
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device", flush=True)
-        return SKIP
-    try:
-        import symmcomm
-    except ImportError:
-        sys.path.insert(0, os.path.join(REPO, "python"))
-        import symmcomm
+    symmcomm = import_symmcomm()
     torch.cuda.set_device(0)
     dev = torch.device("cuda", 0)
     comm = symmcomm.Communicator.from_unique_id(symmcomm.get_unique_id(), 0, 1, device=0)
