@@ -50,15 +50,12 @@ import sys
 
 # This folder's shared helpers, also when perf-tables loads the file by path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import human, parse_sizes, table_command, timed_loop  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_common import SKIP, human, import_symmcomm, parse_sizes, table_command, timed_loop  # noqa: E402
 
 #: The APIs timed, in the table's order; the first is the package's API.
 APIS = ("Communicator.all_reduce", "SymmLibrary.symmAllReduce", "ctypes symmAllReduce")
 #: The issue's target for the package's API: host CPU per call, median of runs (µs).
 TARGET_US = 10.0
-SKIP = 77
 
 
 def spread(values):
@@ -68,15 +65,6 @@ def spread(values):
 def skip(why):
     print(f"skipped: {why}", flush=True)
     return SKIP
-
-
-def import_symmcomm():
-    try:
-        import symmcomm
-    except ImportError:
-        sys.path.insert(0, os.path.join(REPO, "python"))
-        import symmcomm
-    return symmcomm
 
 
 def run(a, argv):
