@@ -16,7 +16,11 @@
  * the one-shot LL limit and twice it take the two-shot LL form, where the rank that owns a row
  * (rows * p / n onwards) adds its residual: one more case gives every rank
  * a different residual and checks that each row's residualOut, on every
- * rank, has its owner's (which the other forms would not give).
+ * rank, has its owner's (which the other forms would not give). With
+ * SYMM_ALGO naming `normwrite`, the shapes above the LL forms take the
+ * two-shot form by stores (kernels/allreduce_norm_write.cu, from 2 ranks,
+ * rows up to 16 KiB), which also adds the owner's residual: the same
+ * check runs on 300 x 4096.
  *
  * The inputs are multiples of 1/16 small enough that every sum and
  * residualOut are exact in each type: residualOut must equal the reference
@@ -119,8 +123,8 @@ static int has_token(const char *algo, const char *want) {
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
  * Algo::is_auto: only "auto", "grid=N" and the tunings below. */
 static int auto_choice(const char *algo) {
-  static const char *const keep_auto[] = {"auto",  "spread",    "nospread", "prefetch",
-                                          "pdl",   "nopdl",     "lightsync", "fullsync", "serial"};
+  static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",
+                                          "nopdl",    "lightsync", "fullsync", "serial",   "normwrite"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {
@@ -384,6 +388,13 @@ static void body(struct tw *w, void *ctx) {
     residual_per_rank = 1;
     run_case(w, symmBfloat16, 131, 2048, CW_STAGED, SEPARATE, 1);
     run_case(w, symmBfloat16, 131, 2048, CW_SYMMETRIC, IN_PLACE, 0);
+    residual_per_rank = 0;
+  }
+  /* 300 x 4096 bf16 (2.4 MiB) is above the LL forms at every rank count. */
+  if (has_token(algo, "normwrite")) {
+    residual_per_rank = 1;
+    run_case(w, symmBfloat16, 300, 4096, CW_STAGED, SEPARATE, 1);
+    run_case(w, symmBfloat16, 300, 4096, CW_SYMMETRIC, IN_PLACE, 0);
     residual_per_rank = 0;
   }
   tw_log(w, "largest relative error of out against the fp64 reference: bf16 %.3g, fp16 %.3g, fp32 %.3g "

@@ -34,7 +34,8 @@
  *                  ranks, the two-shot LL form at 4 (and with SYMM_ALGO=ll
  *                  at 8; batched with batch), else the all-reduce first
  *                  (the two-kernel form, its norm kernel after the
- *                  all-reduce that times out).
+ *                  all-reduce that times out), or with SYMM_ALGO naming
+ *                  normwrite the form by stores (its block syncs).
  *
  * Only rank 0 calls; the other ranks allocate what is collective and then
  * wait. Rank 0 polls symmCommGetAsyncError: it must become symmTimeout no

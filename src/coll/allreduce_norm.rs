@@ -18,7 +18,10 @@
 //! rank in tensor parallelism). At one rank only the norm kernel runs.
 //! With `SYMM_ALGO=batch[=N]` each form runs on its batched entry (a
 //! thread's loads issued together, a peer's packets polled at once), where
-//! a block's part of a row fits one: not yet a default.
+//! a block's part of a row fits one: not yet a default. With `normwrite`
+//! the messages above the LL forms take one kernel by stores instead of the
+//! all-reduce and the norm kernel (allreduce_norm_write.rs): not yet a
+//! default either.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -27,7 +30,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
-use super::{allreduce, Call, CollId, Request};
+use super::{allreduce, allreduce_norm_write, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
@@ -136,6 +139,7 @@ struct Kernels {
     ll_two_shot_batch: &'static CStr,
     add_norm: &'static CStr,
     add_norm_batch: &'static CStr,
+    by_stores: &'static CStr,
 }
 
 /// Kernel names for the element types the op exists for.
@@ -152,6 +156,7 @@ fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
                 ll_two_shot_batch: const { cstr(concat!("symm_allreduce_norm_ll2_batch_", $t, "\0")) },
                 add_norm: const { cstr(concat!("symm_add_norm_", $t, "\0")) },
                 add_norm_batch: const { cstr(concat!("symm_add_norm_batch_", $t, "\0")) },
+                by_stores: const { cstr(concat!("symm_allreduce_norm_write_", $t, "\0")) },
             }
         };
     }
@@ -318,15 +323,31 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     comm.check_buffer(r.weight, r.hidden * dtype.size(), "weight")?;
     let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
+    let row_bytes = r.hidden * dtype.size();
     let spread = spread(&call);
-    let one_shot = call.use_ll(bytes as u64);
-    // `batch=N`: the one-shot form on the batched entry, where its rows fit.
-    let batch_block = call.algo.norm_batch_units().filter(|_| one_shot).and_then(|per| batch_threads(units, per));
+    let form = choose_form(&call, r, row_bytes, units, spread, quant == NORM_FP8_TOKEN);
+    // What one block holds of a row: the whole row, or one of the two-shot
+    // LL form's pieces.
+    let block_units = match form {
+        Form::TwoShotLl { parts } => units.div_ceil(parts),
+        _ => units,
+    };
+    // The batched layout: with `batch=N` each form's batched entry where a
+    // block's part of a row fits one; always for the form by stores, one
+    // unit a thread unless `batch=N` says otherwise.
+    let per = call.algo.norm_batch_units();
+    let batch_block = match form {
+        Form::ByStores => batch_threads(units, per.unwrap_or(1)),
+        _ => per.and_then(|per| batch_threads(block_units, per)),
+    };
     // In place is only ever the same type (check: an fp8 out never aliases
     // the input), the one output the fenced entry writes (the batched one
     // writes every output).
     let in_place = r.out as usize == r.input as usize;
-    let sends = if one_shot { one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()) } else { OneShotSends::WholeRows };
+    let sends = match form {
+        Form::OneShotLl => one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()),
+        _ => OneShotSends::WholeRows,
+    };
     let spread_sends = sends != OneShotSends::WholeRows;
     let mut n = NormArgs {
         coll: call.args(),
@@ -342,17 +363,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
             | if call.algo.prefetch { NORM_PREFETCH } else { 0 }
             | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 },
     };
-    let row_bytes = r.hidden * dtype.size();
-    let ll_slot = comm.coll.ll_slot;
     n.coll.recv = r.out as u64;
-    // The two-shot LL form in `parts` pieces a row where they fit the
-    // slots, else in whole rows where those fit.
-    let pieces = two_shot_parts(spread, quant == NORM_FP8_TOKEN, comm.nranks, r.tokens, units, comm.coll.max_grid);
-    let parts = [pieces, 1].into_iter().find(|&p| two_shot_fits(comm.nranks, r.tokens, row_bytes, ll_slot, p));
-    let two_shot = !one_shot && call.ll_two_shot_allowed() && parts.is_some();
-    let parts = parts.unwrap_or(1);
-    let fused = one_shot || two_shot;
-    if !fused && comm.nranks > 1 {
+    if form == Form::TwoKernel && comm.nranks > 1 {
         // The sums into out by the all-reduce's own choice of algorithm;
         // the norm kernel reads them there. (One rank has nothing to add:
         // the norm kernel reads the input.)
@@ -361,41 +373,90 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     }
     let max_grid = comm.coll.max_grid as u64;
     let tokens = r.tokens as u64;
-    let (grid, block_units) = if spread_sends {
+    let grid = match form {
         // At least one block per SPREAD_UNITS of the message, so that no SM
         // sends more than the all-reduce's LL kernel gives one.
-        (tokens.max((tokens * units).div_ceil(SPREAD_UNITS)).min(max_grid), units)
-    } else if two_shot && parts > 1 {
-        // A block for every owned piece (two_shot_parts keeps that within max_grid).
-        n.flags |= (parts as u32) << NORM_PARTS_SHIFT;
-        (tokens.max(tokens.div_ceil(comm.nranks as u64) * parts).min(max_grid), units.div_ceil(parts))
-    } else {
-        (tokens.min(if fused { max_grid } else { 65535 }), units)
+        Form::OneShotLl if spread_sends => tokens.max((tokens * units).div_ceil(SPREAD_UNITS)).min(max_grid),
+        Form::OneShotLl => tokens.min(max_grid),
+        Form::TwoShotLl { parts: 1 } => tokens.min(max_grid),
+        Form::TwoShotLl { parts } => {
+            // A block for every owned piece (two_shot_parts keeps that within max_grid).
+            n.flags |= (parts as u32) << NORM_PARTS_SHIFT;
+            tokens.max(tokens.div_ceil(comm.nranks as u64) * parts).min(max_grid)
+        }
+        Form::ByStores => allreduce_norm_write::grid(comm.nranks, r.tokens, comm.coll.max_grid) as u64,
+        Form::TwoKernel => tokens.min(65535),
     };
-    // `batch=N` on the other forms: their batched entries, where a block's
-    // part of a row fits one.
-    let batch_block =
-        batch_block.or_else(|| call.algo.norm_batch_units().filter(|_| !one_shot).and_then(|per| batch_threads(block_units, per)));
-    let kernel = match (one_shot, two_shot, batch_block.is_some()) {
-        (true, _, true) => k.ll_batch,
-        (true, _, false) if sends == OneShotSends::SpreadFenced => k.ll_fenced,
-        (true, _, false) => k.ll,
-        (false, true, true) => k.ll_two_shot_batch,
-        (false, true, false) => k.ll_two_shot,
-        (false, false, true) => k.add_norm_batch,
-        (false, false, false) => k.add_norm,
+    let batched = batch_block.is_some();
+    let kernel = match form {
+        Form::OneShotLl if batched => k.ll_batch,
+        Form::OneShotLl if sends == OneShotSends::SpreadFenced => k.ll_fenced,
+        Form::OneShotLl => k.ll,
+        Form::TwoShotLl { .. } if batched => k.ll_two_shot_batch,
+        Form::TwoShotLl { .. } => k.ll_two_shot,
+        Form::ByStores => k.by_stores,
+        Form::TwoKernel if batched => k.add_norm_batch,
+        Form::TwoKernel => k.add_norm,
     };
     // The LL forms wait for their stream's previous kernel themselves
     // (ll.cuh), and so does the batched norm kernel after our all-reduce,
     // having asked for the residual and the weight first (never at one
     // rank: there the previous kernel is the caller's, which may write them).
-    let after_our_all_reduce = !fused && comm.nranks > 1 && batch_block.is_some();
-    let dependent = (fused || after_our_all_reduce) && call.mark_dependent(&mut n.coll);
+    // The form by stores waits for nothing but its peers (its first block
+    // sync), so it goes out as an ordinary launch.
+    let dependent = match form {
+        Form::OneShotLl | Form::TwoShotLl { .. } => true,
+        Form::TwoKernel => batched && comm.nranks > 1,
+        Form::ByStores => false,
+    } && call.mark_dependent(&mut n.coll);
+    if form == Form::ByStores {
+        allreduce_norm_write::prepare(&call, &mut n);
+    }
     let f = comm.device.module().function(kernel)?;
     let mut params = [(&mut n as *mut NormArgs).cast::<c_void>()];
     let block = batch_block.unwrap_or_else(|| threads_for(block_units));
     let cfg = LaunchConfig { grid: grid as u32, block, shared_mem: 0 };
     launch::launch_as(f, cfg, stream, &mut params, dependent)
+}
+
+/// Which form runs a call (each rank chooses the same: nothing here
+/// depends on the buffers' kinds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// One kernel, every rank's rows to every peer as LL packets.
+    OneShotLl,
+    /// One kernel, the rows to their owners and back as LL packets, in
+    /// `parts` pieces a row.
+    TwoShotLl { parts: u64 },
+    /// One kernel, the rows to their owners and back through scratch
+    /// (`normwrite`: allreduce_norm_write.rs).
+    ByStores,
+    /// The library's all-reduce, then the norm kernel (at one rank the
+    /// norm kernel alone).
+    TwoKernel,
+}
+
+/// The form for `r` (rows of `row_bytes`, `units` 8-byte units): the
+/// one-shot LL form up to the all-reduce's LL limit; above, the two-shot
+/// LL form where allowed and it fits the slots (in pieces a row where
+/// they fit, else whole rows); with `normwrite` the form by stores where
+/// the scratch holds the message and a row fits its block; else the two
+/// kernels.
+fn choose_form(call: &Call, r: &NormRequest, row_bytes: usize, units: u64, spread: bool, per_token_scales: bool) -> Form {
+    let comm = call.comm;
+    if call.use_ll((r.tokens * row_bytes) as u64) {
+        return Form::OneShotLl;
+    }
+    let pieces = two_shot_parts(spread, per_token_scales, comm.nranks, r.tokens, units, comm.coll.max_grid);
+    let fits = |p: &u64| two_shot_fits(comm.nranks, r.tokens, row_bytes, comm.coll.ll_slot, *p);
+    if let Some(parts) = [pieces, 1].into_iter().find(fits).filter(|_| call.ll_two_shot_allowed()) {
+        return Form::TwoShotLl { parts };
+    }
+    let max_row = (NORM_BATCH_THREADS * NORM_BATCH_UNITS * 8) as usize;
+    if call.algo.norm_write && allreduce_norm_write::fits(comm.nranks, r.tokens, row_bytes, max_row, comm.coll.half) {
+        return Form::ByStores;
+    }
+    Form::TwoKernel
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod allgather;
 mod allgather_write;
 pub mod allreduce;
 pub mod allreduce_norm;
+mod allreduce_norm_write;
 mod allreduce_rsag;
 mod allreduce_write;
 pub mod alltoall;

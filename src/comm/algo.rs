@@ -127,6 +127,15 @@ pub struct Algo {
     /// GPUs. A tuning: alone it keeps `auto`'s choices. log2(N) + 1; 0: not
     /// asked.
     pub norm_batch_log2: u8,
+    /// `normwrite`: the fused norm above its LL forms as one kernel by
+    /// stores (kernels/allreduce_norm_write.cu: each owner of rows sums,
+    /// adds its residual and normalises them, the rows going there and
+    /// back through scratch with block syncs) instead of the library's
+    /// all-reduce and a norm kernel after it, where the scratch holds the
+    /// message and rows fit one block (16 KiB). Twenty-first session, not a
+    /// default until measured across GPUs. A tuning: alone it keeps
+    /// `auto`'s choices everywhere else.
+    pub norm_write: bool,
 }
 
 impl Algo {
@@ -148,19 +157,21 @@ impl Algo {
             serial: false,
             rsag: false,
             norm_batch_log2: 0,
+            norm_write: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
-    /// `serial` / `rsag` aside: they tune kernels, or in `rsag`'s case how
-    /// the all-reduce uses the other collectives' choices, not the choice of
+    /// `serial` / `rsag` / `batch` / `normwrite` aside: they tune kernels,
+    /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
+    /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
     pub fn is_auto(self) -> bool {
         let t = Algo::AUTO; // every tuning as `auto` has it
         #[rustfmt::skip]
         let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
                             pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
-                            norm_batch_log2: t.norm_batch_log2, ..self };
+                            norm_batch_log2: t.norm_batch_log2, norm_write: t.norm_write, ..self };
         choice == Algo::AUTO
     }
 
@@ -198,6 +209,7 @@ impl Algo {
                 "prefetch" => a.prefetch = true,
                 "serial" => a.serial = true,
                 "rsag" => a.rsag = true,
+                "normwrite" | "norm_write" | "norm-write" => a.norm_write = true,
                 "batch" => a.norm_batch_log2 = 3,
                 t if t.starts_with("batch=") => {
                     a.norm_batch_log2 = match &t[6..] {
@@ -223,7 +235,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, normwrite, joined with '+')"
                     ))
                 }
             }
@@ -265,7 +277,7 @@ impl Algo {
         };
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
-        // defaults), write 36, serial 37, rsag 45, batch 46-47.
+        // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -279,6 +291,7 @@ impl Algo {
             | ((shape >> 21) as u64) << 38
             | (self.rsag as u64) << 45
             | ((self.norm_batch_log2 & 3) as u64) << 46
+            | (self.norm_write as u64) << 48
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -303,6 +316,7 @@ impl Algo {
             serial: wide >> 37 & 1 != 0,
             rsag: wide >> 45 & 1 != 0,
             norm_batch_log2: (wide >> 46 & 3) as u8,
+            norm_write: wide >> 48 & 1 != 0,
         }
     }
 }
@@ -333,6 +347,7 @@ impl std::fmt::Display for Algo {
             (self.serial, "serial"),
             (self.rsag, "rsag"),
             (self.norm_batch_log2 != 0, batch.as_str()),
+            (self.norm_write, "normwrite"),
         ] {
             if on {
                 parts.push(name);
@@ -615,6 +630,12 @@ mod tests {
         for bad in ["batch=3", "batch=8", "batch=0", "batch="] {
             assert!(Algo::parse(bad).unwrap_err().contains(bad), "{bad}");
         }
+        let nw = Algo::parse("normwrite+batch=1").unwrap();
+        assert!(nw.norm_write && nw.is_auto() && !Algo::AUTO.norm_write, "normwrite alone keeps auto's choices elsewhere");
+        assert_eq!((Algo::from_bits(nw.to_bits()), nw.to_string().as_str()), (nw, "auto+batch=1+normwrite"));
+        let a = Algo::parse(&format!("normwrite+batch=4+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 48 clear of the rest");
+        assert!(Algo::parse("Norm-Write").unwrap().norm_write);
     }
 
     #[test]
