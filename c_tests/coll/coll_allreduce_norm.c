@@ -20,7 +20,8 @@
  * SYMM_ALGO naming `normwrite`, the shapes above the LL forms take the
  * two-shot form by stores (kernels/allreduce_norm_write.cu, from 2 ranks,
  * rows up to 16 KiB), which also adds the owner's residual: the same
- * check runs on 300 x 4096.
+ * check runs on 300 x 4096; and the form back to back with the staged
+ * all-reduce, which shares its scratch.
  *
  * The inputs are multiples of 1/16 small enough that every sum and
  * residualOut are exact in each type: residualOut must equal the reference
@@ -95,6 +96,41 @@ static void reference_sums(int n, size_t tokens, size_t hidden, double *x) {
       for (int q = 0; q < n; q++) v += in_val(q, t, h);
       x[t * hidden + h] = v;
     }
+}
+
+/* Rank r's out and residualOut (device buffers) against the reference:
+ * residualOut exactly, out within the tolerance; the largest relative
+ * error of out into *worst. `host` holds tokens x hidden elements. */
+static void check_outputs(struct tw_rank *r, int n, int dt, size_t tokens, size_t hidden, CUdeviceptr out,
+                          CUdeviceptr rout, uint8_t *host, double *worst) {
+  const int es = cw_dt[dt].size;
+  const size_t elems = tokens * hidden, bytes = elems * es;
+  double *x = malloc(elems * sizeof(double));
+  REQUIRE(x != NULL, "out of host memory");
+  reference_sums(n, tokens, hidden, x);
+  CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, rout, bytes));
+  size_t wrong = 0, first = 0;
+  for (size_t e = 0; e < elems; e++)
+    if (dec(dt, cw_get(host, e, es)) != x[e] && wrong++ == 0) first = e;
+  TW_CHECK(r, wrong == 0, "residualOut: %zu wrong element(s); the first, %zu, is %g, expected %g", wrong, first,
+           dec(dt, cw_get(host, first, es)), x[first]);
+  CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, out, bytes));
+  wrong = 0;
+  for (size_t t = 0; t < tokens; t++) {
+    double ss = 0;
+    for (size_t h = 0; h < hidden; h++) ss += x[t * hidden + h] * x[t * hidden + h];
+    const double inv = 1.0 / sqrt(ss / (double)hidden + (double)EPS);
+    for (size_t h = 0; h < hidden; h++) {
+      const size_t e = t * hidden + h;
+      const double want = x[e] * inv * w_val(h), got = dec(dt, cw_get(host, e, es));
+      const double err = fabs(got - want), rel = err / (fabs(want) > 1e-30 ? fabs(want) : 1.0);
+      if (rel > *worst) *worst = rel;
+      if (!(err <= tolerance(dt) * fabs(want) + 1e-6) && wrong++ == 0) first = e;
+    }
+  }
+  TW_CHECK(r, wrong == 0, "out: %zu element(s) off by more than %g relative; the first, %zu, is %g", wrong,
+           tolerance(dt), first, dec(dt, cw_get(host, first, es)));
+  free(x);
 }
 
 enum alias { SEPARATE, IN_PLACE };
@@ -189,33 +225,8 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
     struct tw_rank *r = &w->r[i];
     TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "the fused all-reduce + RMSNorm did not finish");
     tw_use(r);
-    /* Reference rows, then the two outputs. */
-    double *x = malloc(elems * sizeof(double));
-    REQUIRE(x != NULL, "out of host memory");
-    reference_sums(n, tokens, hidden, x);
-    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, al == IN_PLACE ? RES.p[i] : ROUT.p[i], bytes));
-    size_t wrong = 0, first = 0;
-    for (size_t e = 0; e < elems; e++)
-      if (dec(dt, cw_get(host, e, es)) != x[e] && wrong++ == 0) first = e;
-    TW_CHECK(r, wrong == 0, "residualOut: %zu wrong element(s); the first, %zu, is %g, expected %g", wrong, first,
-             dec(dt, cw_get(host, first, es)), x[first]);
-    CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, al == IN_PLACE ? IN.p[i] : OUT.p[i], bytes));
-    wrong = 0;
-    for (size_t t = 0; t < tokens; t++) {
-      double ss = 0;
-      for (size_t h = 0; h < hidden; h++) ss += x[t * hidden + h] * x[t * hidden + h];
-      const double inv = 1.0 / sqrt(ss / (double)hidden + (double)EPS);
-      for (size_t h = 0; h < hidden; h++) {
-        const size_t e = t * hidden + h;
-        const double want = x[e] * inv * w_val(h), got = dec(dt, cw_get(host, e, es));
-        const double err = fabs(got - want), rel = err / (fabs(want) > 1e-30 ? fabs(want) : 1.0);
-        if (rel > worst) worst = rel;
-        if (!(err <= tolerance(dt) * fabs(want) + 1e-6) && wrong++ == 0) first = e;
-      }
-    }
-    TW_CHECK(r, wrong == 0, "out: %zu element(s) off by more than %g relative; the first, %zu, is %g", wrong,
-             tolerance(dt), first, dec(dt, cw_get(host, first, es)));
-    free(x);
+    check_outputs(r, n, dt, tokens, hidden, al == IN_PLACE ? IN.p[i] : OUT.p[i], al == IN_PLACE ? RES.p[i] : ROUT.p[i],
+                  host, &worst);
     if (graph) {
       TW_CU(tu_cu.cuGraphExecDestroy(ge[i]));
       TW_CU(tu_cu.cuGraphDestroy(g[i]));
@@ -317,6 +328,82 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
   cw_buf_free(w, &SC);
 }
 
+/* Under normwrite: the form by stores back to back with the library's
+ * staged all-reduce, which takes the same scratch halves, with no host sync
+ * between (fused, all-reduce, fused, all-reduce, fused on each rank's
+ * stream): the kernels' scratch protocol across different kernels (the
+ * entry sync, coll.cuh next_parity). Every output is checked: the fused
+ * calls' against the reference, the all-reduces' (fp32, 4 MiB, rank r
+ * contributing r + i % 7) exactly. */
+#define INTERLEAVED 3
+static void run_interleaved(struct tw *w) {
+  const int dt = symmBfloat16, es = 2, n = w->nranks;
+  const size_t tokens = 300, hidden = 4096, bytes = tokens * hidden * es, ar_count = 1 << 20;
+  struct cw_buf IN, RES, WT, OUT[INTERLEAVED], ROUT[INTERLEAVED], AIN, AOUT[INTERLEAVED - 1];
+  cw_buf_alloc(w, &IN, CW_STAGED, bytes);
+  cw_buf_alloc(w, &RES, CW_STAGED, bytes);
+  cw_buf_alloc(w, &WT, CW_STAGED, hidden * es);
+  cw_buf_alloc(w, &AIN, CW_STAGED, ar_count * 4);
+  for (int c = 0; c < INTERLEAVED; c++) {
+    cw_buf_alloc(w, &OUT[c], CW_STAGED, bytes);
+    cw_buf_alloc(w, &ROUT[c], CW_STAGED, bytes);
+    if (c + 1 < INTERLEAVED) cw_buf_alloc(w, &AOUT[c], CW_STAGED, ar_count * 4);
+  }
+  uint8_t *host = malloc(ar_count * 4 > bytes ? ar_count * 4 : bytes);
+  REQUIRE(host != NULL, "out of host memory");
+  tw_phase("interleaved with symmAllReduce: bf16 %zu x %zu, fp32 %zu", tokens, hidden, ar_count);
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
+    float *f = (float *)host;
+    for (size_t e = 0; e < ar_count; e++) f[e] = (float)(r->rank + (int)(e % 7));
+    CU_REQUIRE(tu_cu.cuMemcpyHtoD(AIN.p[i], host, ar_count * 4));
+    TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
+  }
+  tw_host_barrier(w, "buffers ready");
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    tw_use(r);
+    void *in = (void *)(uintptr_t)IN.p[i], *res = (void *)(uintptr_t)RES.p[i], *wt = (void *)(uintptr_t)WT.p[i];
+    for (int c = 0; c < INTERLEAVED; c++) {
+      TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, wt, (void *)(uintptr_t)OUT[c].p[i], (void *)(uintptr_t)ROUT[c].p[i],
+                                                 tokens, hidden, EPS, (symmDataType_t)dt, r->comm, r->stream));
+      if (c + 1 < INTERLEAVED)
+        TW_SYMM_REQUIRE(r, symmAllReduce((void *)(uintptr_t)AIN.p[i], (void *)(uintptr_t)AOUT[c].p[i], ar_count,
+                                         symmFloat32, symmSum, r->comm, r->stream));
+    }
+  }
+  double worst = 0;
+  for (int i = 0; i < w->nlocal; i++) {
+    struct tw_rank *r = &w->r[i];
+    TW_CHECK(r, tw_stream_poll(r, r->stream, 60.0) == 0, "the interleaved calls did not finish");
+    tw_use(r);
+    for (int c = 0; c < INTERLEAVED; c++) check_outputs(r, n, dt, tokens, hidden, OUT[c].p[i], ROUT[c].p[i], host, &worst);
+    for (int c = 0; c + 1 < INTERLEAVED; c++) {
+      CU_REQUIRE(tu_cu.cuMemcpyDtoH(host, AOUT[c].p[i], ar_count * 4));
+      const float *f = (const float *)host;
+      size_t wrong = 0, first = 0;
+      for (size_t e = 0; e < ar_count; e++)
+        if (f[e] != (float)(n * (n - 1) / 2 + n * (int)(e % 7)) && wrong++ == 0) first = e;
+      TW_CHECK(r, wrong == 0, "all-reduce %d between the fused calls: %zu wrong element(s), the first at %zu is %g", c,
+               wrong, first, f[first]);
+    }
+  }
+  if (worst > max_err[dt_index(dt)]) max_err[dt_index(dt)] = worst;
+  free(host);
+  tw_host_barrier(w, "interleaved checked");
+  cw_buf_free(w, &IN);
+  cw_buf_free(w, &RES);
+  cw_buf_free(w, &WT);
+  cw_buf_free(w, &AIN);
+  for (int c = 0; c < INTERLEAVED; c++) {
+    cw_buf_free(w, &OUT[c]);
+    cw_buf_free(w, &ROUT[c]);
+    if (c + 1 < INTERLEAVED) cw_buf_free(w, &AOUT[c]);
+  }
+}
+
 /* Bad arguments, each rank alone: refused before anything is enqueued. */
 static void bad_input(struct tw *w) {
   for (int i = 0; i < w->nlocal; i++) {
@@ -396,6 +483,7 @@ static void body(struct tw *w, void *ctx) {
     run_case(w, symmBfloat16, 300, 4096, CW_STAGED, SEPARATE, 1);
     run_case(w, symmBfloat16, 300, 4096, CW_SYMMETRIC, IN_PLACE, 0);
     residual_per_rank = 0;
+    run_interleaved(w);
   }
   tw_log(w, "largest relative error of out against the fp64 reference: bf16 %.3g, fp16 %.3g, fp32 %.3g "
          "(bounds %.3g, %.3g, %.3g); residualOut exact", max_err[0], max_err[1], max_err[2], tolerance(symmBfloat16),
