@@ -263,7 +263,6 @@ template <typename T>
 __device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint64_t at,
                                                   bool ok, const uint2 (&mine)[SYMM_NORM_BATCH_UNITS],
                                                   float (&x)[SYMM_NORM_BATCH_UNITS][8 / sizeof(T)]) {
-  constexpr uint32_t E = 8 / sizeof(T);
   for (uint32_t r = 0; r < a.nranks; ++r) {
     uint2 v[SYMM_NORM_BATCH_UNITS];
     if (r == a.rank) {
@@ -275,13 +274,7 @@ __device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const L
 #pragma unroll
       for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = make_uint2(0, 0);
     }
-#pragma unroll
-    for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
-      LLUnit<T> in;
-      in.u = v[k];
-#pragma unroll
-      for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
-    }
+    norm_accumulate<T>(x, v, r);
   }
   return ok;
 }

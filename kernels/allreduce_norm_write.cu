@@ -124,13 +124,7 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
       } else {
         norm_write_load(p, in + at.row_at(r, i), v);
       }
-#pragma unroll
-      for (uint32_t k = 0; k < U; ++k) {
-        LLUnit<T> u;
-        u.u = v[k];
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) x[k][e] = r == 0 ? to_acc(u.e[e]) : x[k][e] + to_acc(u.e[e]);
-      }
+      norm_accumulate<T>(x, v, r);
     }
     auto send = [&](uint64_t j, uint2 u) {
       for (uint32_t k = 1; k < nr; ++k)

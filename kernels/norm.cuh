@@ -139,6 +139,19 @@ __device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const Nor
   }
 }
 
+// Rank r's units v of a part added into x (x[k] = v[k] for rank 0): every
+// rank's units combined in rank order, so every rank sums the same bits.
+template <typename T, uint32_t U>
+__device__ __forceinline__ void norm_accumulate(float (&x)[U][8 / sizeof(T)], const uint2 (&v)[U], uint32_t r) {
+#pragma unroll
+  for (uint32_t k = 0; k < U; ++k) {
+    LLUnit<T> in;
+    in.u = v[k];
+#pragma unroll
+    for (uint32_t e = 0; e < 8 / sizeof(T); ++e) x[k][e] = r == 0 ? to_acc(in.e[e]) : x[k][e] + to_acc(in.e[e]);
+  }
+}
+
 // The two-shot forms' owner of rows (LL and by stores): rank p owns
 // [norm_owner_begin(p), norm_owner_begin(p + 1)); at least one row each
 // when rows >= nranks.
