@@ -90,6 +90,13 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
   const NormWriteLayout at{(rows + nr - 1) / nr, upr * 8, nr};
   auto first = [&](uint32_t p) { return norm_owner_begin(rows, nr, p); };
   auto owned = [&](uint32_t p) { return norm_owner_begin(rows, nr, p + 1) - norm_owner_begin(rows, nr, p); };
+  // Launched as a programmatic dependent as the LL kernels are (ll.cuh
+  // ll_begin, and why): the stream's previous kernel and its memory first,
+  // before the block counters and the descriptors below are touched.
+#if __CUDA_ARCH__ >= 900  // sm_80 has no programmatic launch (the host sets none there)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (a.mode & SYMM_COLL_PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   SYMM_COLL_PROLOGUE(a, s)
   if (!block_sync(a, s)) return;
   const uint32_t par = next_parity(a);

@@ -398,16 +398,14 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         Form::TwoKernel if batched => k.add_norm_batch,
         Form::TwoKernel => k.add_norm,
     };
-    // The LL forms wait for their stream's previous kernel themselves
-    // (ll.cuh), and so does the batched norm kernel after our all-reduce,
-    // having asked for the residual and the weight first (never at one
-    // rank: there the previous kernel is the caller's, which may write them).
-    // The form by stores waits for nothing but its peers (its first block
-    // sync), so it goes out as an ordinary launch.
+    // The LL forms and the form by stores wait for their stream's previous
+    // kernel themselves (ll.cuh, allreduce_norm_write.cu), and so does the
+    // batched norm kernel after our all-reduce, having asked for the
+    // residual and the weight first (never at one rank: there the previous
+    // kernel is the caller's, which may write them).
     let dependent = match form {
-        Form::OneShotLl | Form::TwoShotLl { .. } => true,
+        Form::OneShotLl | Form::TwoShotLl { .. } | Form::ByStores => true,
         Form::TwoKernel => batched && comm.nranks > 1,
-        Form::ByStores => false,
     } && call.mark_dependent(&mut n.coll);
     if form == Form::ByStores {
         allreduce_norm_write::prepare(&call, &mut n);
