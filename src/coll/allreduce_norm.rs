@@ -325,7 +325,19 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let units = (r.hidden * dtype.size() / 8) as u64;
     let row_bytes = r.hidden * dtype.size();
     let spread = spread(&call);
-    let form = choose_form(&call, r, row_bytes, units, spread, quant == NORM_FP8_TOKEN);
+    let form = choose_form(&FormInputs {
+        nranks: comm.nranks,
+        tokens: r.tokens,
+        row_bytes,
+        one_shot: call.use_ll((r.tokens * row_bytes) as u64),
+        two_shot_allowed: call.ll_two_shot_allowed(),
+        spread,
+        per_token_scales: quant == NORM_FP8_TOKEN,
+        by_stores: call.algo.norm_write,
+        ll_slot: comm.coll.ll_slot,
+        half: comm.coll.half,
+        max_grid: comm.coll.max_grid,
+    });
     // What one block holds of a row: the whole row, or one of the two-shot
     // LL form's pieces.
     let block_units = match form {
@@ -434,24 +446,43 @@ enum Form {
     TwoKernel,
 }
 
-/// The form for `r` (rows of `row_bytes`, `units` 8-byte units): the
-/// one-shot LL form up to the all-reduce's LL limit; above, the two-shot
-/// LL form where allowed and it fits the slots (in pieces a row where
-/// they fit, else whole rows); with `normwrite` the form by stores where
-/// the scratch holds the message and a row fits its block; else the two
-/// kernels.
-fn choose_form(call: &Call, r: &NormRequest, row_bytes: usize, units: u64, spread: bool, per_token_scales: bool) -> Form {
-    let comm = call.comm;
-    if call.use_ll((r.tokens * row_bytes) as u64) {
+/// What the choice of form depends on: the call's shape, the
+/// communicator's slots and scratch, and the algorithm (the same on every
+/// rank).
+struct FormInputs {
+    nranks: usize,
+    tokens: usize,
+    row_bytes: usize,
+    /// The message fits the one-shot LL form (`Call::use_ll`).
+    one_shot: bool,
+    /// The two-shot LL form may run (`Call::ll_two_shot_allowed`).
+    two_shot_allowed: bool,
+    spread: bool,
+    per_token_scales: bool,
+    /// `normwrite`.
+    by_stores: bool,
+    ll_slot: u64,
+    half: u64,
+    max_grid: u32,
+}
+
+/// The form: the one-shot LL form up to the all-reduce's LL limit; above,
+/// the two-shot LL form where allowed and it fits the slots (in pieces a
+/// row where they fit, else whole rows); with `normwrite` the form by
+/// stores where the scratch holds the message and a row fits its block;
+/// else the two kernels.
+fn choose_form(f: &FormInputs) -> Form {
+    if f.one_shot {
         return Form::OneShotLl;
     }
-    let pieces = two_shot_parts(spread, per_token_scales, comm.nranks, r.tokens, units, comm.coll.max_grid);
-    let fits = |p: &u64| two_shot_fits(comm.nranks, r.tokens, row_bytes, comm.coll.ll_slot, *p);
-    if let Some(parts) = [pieces, 1].into_iter().find(fits).filter(|_| call.ll_two_shot_allowed()) {
+    let units = (f.row_bytes / 8) as u64;
+    let pieces = two_shot_parts(f.spread, f.per_token_scales, f.nranks, f.tokens, units, f.max_grid);
+    let fits = |p: &u64| two_shot_fits(f.nranks, f.tokens, f.row_bytes, f.ll_slot, *p);
+    if let Some(parts) = [pieces, 1].into_iter().find(fits).filter(|_| f.two_shot_allowed) {
         return Form::TwoShotLl { parts };
     }
     let max_row = (NORM_BATCH_THREADS * NORM_BATCH_UNITS * 8) as usize;
-    if call.algo.norm_write && allreduce_norm_write::fits(comm.nranks, r.tokens, row_bytes, max_row, comm.coll.half) {
+    if f.by_stores && allreduce_norm_write::fits(f.nranks, f.tokens, f.row_bytes, max_row, f.half) {
         return Form::ByStores;
     }
     Form::TwoKernel
@@ -522,6 +553,42 @@ mod tests {
         }
         assert_eq!(one_shot_sends(true, false, true, false), WholeRows, "auto in place: a row's sends and writes stay in one block");
         assert_eq!(one_shot_sends(true, false, true, true), SpreadFenced, "batched: auto's spread in place too, behind its fence");
+    }
+
+    #[test]
+    fn forms_in_order_ll_then_two_shot_ll_then_by_stores() {
+        let slot = 2 * crate::config::LL_MAX_BYTES_DEFAULT; // 3+ ranks' default slots
+        let half = 16u64 << 20; // the default scratch's quarter
+        // 4 ranks, auto: hidden 4096 bf16 (8 KiB rows).
+        let base = FormInputs {
+            nranks: 4,
+            tokens: 128,
+            row_bytes: 8192,
+            one_shot: false,
+            two_shot_allowed: true,
+            spread: true,
+            per_token_scales: false,
+            by_stores: false,
+            ll_slot: slot,
+            half,
+            max_grid: 132,
+        };
+        let form = |f: FormInputs| choose_form(&f);
+        assert_eq!(form(FormInputs { one_shot: true, by_stores: true, ..base }), Form::OneShotLl);
+        assert_eq!(form(FormInputs { ..base }), Form::TwoShotLl { parts: 4 }, "1 MiB at 4 ranks: 4 pieces a row");
+        assert_eq!(form(FormInputs { by_stores: true, ..base }), Form::TwoShotLl { parts: 4 }, "the LL form first where it fits");
+        assert_eq!(form(FormInputs { spread: false, ..base }), Form::TwoShotLl { parts: 1 });
+        assert_eq!(form(FormInputs { per_token_scales: true, ..base }), Form::TwoShotLl { parts: 1 }, "fp8 per token: whole rows");
+        // 2 MiB (hidden 8192, 16 KiB rows) fits no LL slot.
+        let wide = FormInputs { row_bytes: 16384, ..base };
+        assert_eq!(form(FormInputs { ..wide }), Form::TwoKernel);
+        assert_eq!(form(FormInputs { by_stores: true, ..wide }), Form::ByStores);
+        assert_eq!(form(FormInputs { by_stores: true, nranks: 2, two_shot_allowed: false, ..wide }), Form::ByStores);
+        assert_eq!(form(FormInputs { by_stores: true, two_shot_allowed: false, ..base }), Form::ByStores, "LL two-shot off");
+        assert_eq!(form(FormInputs { by_stores: true, row_bytes: 32768, ..wide }), Form::TwoKernel, "rows over 16 KiB");
+        assert_eq!(form(FormInputs { by_stores: true, tokens: 1024, nranks: 2, ..wide }), Form::TwoKernel, "16 MiB overflows a half");
+        assert_eq!(form(FormInputs { by_stores: true, nranks: 1, two_shot_allowed: false, ..wide }), Form::TwoKernel, "one rank");
+        assert_eq!(form(FormInputs { by_stores: true, tokens: 1, nranks: 8, ..wide }), Form::ByStores, "ranks without rows");
     }
 
     #[test]
