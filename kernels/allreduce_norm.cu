@@ -372,6 +372,51 @@ __device__ __forceinline__ void norm_send_to_owners(const SymmCollArgs& a, const
   }
 }
 
+// The two-shot form's layout, the same in both its entries. Each row in
+// `parts` pieces, a block each (1 but with SYMM_NORM_SPREAD, where the host
+// gives every owned piece its own block: a piece waits for its siblings'
+// sums of squares; at most 8). A slot, in packets: the input rows an owner
+// receives [0, back), the residual_out rows coming back from it [back, 2 *
+// back) (the host checked that they fit, and that a rank's own slot holds
+// a packet per piece of every row: the pieces' sums of squares, at
+// squares_in[row * parts + piece]). This rank owns rows [mine0, mine1).
+struct NormTwoShot {
+  uint64_t upr, per, back, mine0, mine1;
+  uint32_t parts;
+  uint4* squares_in;
+  __device__ __forceinline__ NormTwoShot(const SymmNormArgs& n, const LLState& s, uint64_t upr_) : upr(upr_) {
+    const SymmCollArgs& a = n.coll;
+    parts = max(1u, (n.flags >> SYMM_NORM_PARTS_SHIFT) & 0xffu);
+    per = (upr + parts - 1) / parts;
+    back = (n.rows + a.nranks - 1) / a.nranks * upr;
+    mine0 = norm_owner_begin(n.rows, a.nranks, a.rank);
+    mine1 = norm_owner_begin(n.rows, a.nranks, a.rank + 1);
+    squares_in = ll_slot(a, a.rank, s.parity, a.rank);
+  }
+  __device__ __forceinline__ NormPart piece(uint64_t row, uint32_t c) const {
+    return NormPart{row, upr, min(upr, c * per), min(upr, (c + 1) * per)};
+  }
+};
+
+// The two-shot form's owner, after summing a piece: residual_out unit j
+// of the piece's row (its first packet at `at` of the peers' slots for
+// this rank) to every peer.
+__device__ __forceinline__ void norm_send_back(const SymmCollArgs& a, const LLState& s, uint64_t at, uint64_t j, uint2 v) {
+  for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
+}
+
+// ... and, in thread 0, the piece's sum of squares to every rank's own
+// slot (its own too when a row has several pieces: the owner adds them up
+// like everyone else).
+__device__ __forceinline__ void norm_send_squares(const SymmCollArgs& a, const LLState& s, uint64_t row, uint32_t parts,
+                                                  uint32_t c, float squares) {
+  if (threadIdx.x == 0)
+    for (uint32_t k = parts == 1 ? 1 : 0; k < a.nranks; ++k) {
+      const uint32_t q = (a.rank + k) % a.nranks;
+      ll_put(ll_slot(a, q, s.parity, q) + row * parts + c, make_uint2(__float_as_uint(squares), 0u), s.flag);
+    }
+}
+
 template <typename T, int Q>
 __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
@@ -379,20 +424,11 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
   const uint64_t rows = n.rows;
-  // Each row in `parts` pieces, a block each (1 but with SYMM_NORM_SPREAD,
-  // where the host gives every owned piece its own block: a piece waits
-  // for its siblings' sums of squares).
-  const uint32_t parts = max(1u, (n.flags >> SYMM_NORM_PARTS_SHIFT) & 0xffu);
-  const uint64_t per = (upr + parts - 1) / parts;
-  auto piece = [&](uint64_t row, uint32_t c) { return NormPart{row, upr, min(upr, c * per), min(upr, (c + 1) * per)}; };
-  // A slot, in packets: the input rows an owner receives [0, back), the
-  // residual_out rows coming back from it [back, 2 * back) (the host
-  // checked that they fit, and that a rank's own slot holds a packet per
-  // piece of every row: the pieces' sums of squares).
-  const uint64_t back = (rows + a.nranks - 1) / a.nranks * upr;
-  const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
-  const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
-  uint4* const squares_in = ll_slot(a, a.rank, s.parity, a.rank);  // [row * parts + piece]
+  const NormTwoShot l(n, s, upr);
+  const uint32_t parts = l.parts;
+  const uint64_t back = l.back, mine0 = l.mine0, mine1 = l.mine1;
+  uint4* const squares_in = l.squares_in;
+  auto piece = [&](uint64_t row, uint32_t c) { return l.piece(row, c); };
   // 1. The peers' rows to their owners first (norm_send_to_owners).
   norm_send_to_owners(a, s, rows, upr);
   bool ok = true;
@@ -413,15 +449,9 @@ __device__ void allreduce_norm_ll2_body(const SymmNormArgs& n) {
       break;
     }
     const uint64_t at = back + (row - mine0) * upr;
-    const float ss = norm_add_residual<T>(n, p, x, [&](uint64_t j, uint2 v) {
-      for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
-    });
+    const float ss = norm_add_residual<T>(n, p, x, [&](uint64_t j, uint2 v) { norm_send_back(a, s, at, j, v); });
     float squares = norm_block_reduce<false>(ss);
-    if (threadIdx.x == 0)
-      for (uint32_t k = parts == 1 ? 1 : 0; k < a.nranks; ++k) {
-        const uint32_t q = (a.rank + k) % a.nranks;
-        ll_put(ll_slot(a, q, s.parity, q) + row * parts + c, make_uint2(__float_as_uint(squares), 0u), s.flag);
-      }
+    norm_send_squares(a, s, row, parts, c, squares);
     if (parts > 1) {
       squares = 0.f;
       for (uint32_t d = 0; d < parts; ++d) {
@@ -503,13 +533,11 @@ __device__ void allreduce_norm_ll2_batch_body(const SymmNormArgs& n) {
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
   const uint64_t rows = n.rows;
-  const uint32_t parts = max(1u, (n.flags >> SYMM_NORM_PARTS_SHIFT) & 0xffu);  // at most 8 (the host's)
-  const uint64_t per = (upr + parts - 1) / parts;
-  auto piece = [&](uint64_t row, uint32_t c) { return NormPart{row, upr, min(upr, c * per), min(upr, (c + 1) * per)}; };
-  const uint64_t back = (rows + a.nranks - 1) / a.nranks * upr;  // as in allreduce_norm_ll2_body
-  const uint64_t mine0 = norm_owner_begin(rows, a.nranks, a.rank);
-  const uint64_t mine1 = norm_owner_begin(rows, a.nranks, a.rank + 1);
-  const uint4* const squares_in = ll_slot(a, a.rank, s.parity, a.rank);  // [row * parts + piece]
+  const NormTwoShot l(n, s, upr);  // as in allreduce_norm_ll2_body
+  const uint32_t parts = l.parts;
+  const uint64_t back = l.back, mine0 = l.mine0, mine1 = l.mine1;
+  const uint4* const squares_in = l.squares_in;
+  auto piece = [&](uint64_t row, uint32_t c) { return l.piece(row, c); };
   // A row's sums of squares, the owner's pieces' in piece order (the same
   // bits everywhere): lane d of every warp polls piece d's packet, all at
   // once, and the warp adds them up in order. False unless every lane got
@@ -540,18 +568,9 @@ __device__ void allreduce_norm_ll2_batch_body(const SymmNormArgs& n) {
     }
     const uint64_t at = back + (row - mine0) * upr;
     const float ss = norm_add_residual<T>(
-        n, p, x,
-        [&](uint64_t j, uint2 v) {
-          for (uint32_t k = 1; k < a.nranks; ++k)
-            ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + at + j, v, s.flag);
-        },
-        [&](uint32_t k) { return res[k]; });
+        n, p, x, [&](uint64_t j, uint2 v) { norm_send_back(a, s, at, j, v); }, [&](uint32_t k) { return res[k]; });
     float squares = norm_block_reduce<false>(ss);
-    if (threadIdx.x == 0)
-      for (uint32_t k = parts == 1 ? 1 : 0; k < a.nranks; ++k) {
-        const uint32_t q = (a.rank + k) % a.nranks;
-        ll_put(ll_slot(a, q, s.parity, q) + row * parts + c, make_uint2(__float_as_uint(squares), 0u), s.flag);
-      }
+    norm_send_squares(a, s, row, parts, c, squares);
     if (parts > 1) {
       ok = row_squares(row, a.rank, &squares);
       if (__syncthreads_or(!ok)) {
