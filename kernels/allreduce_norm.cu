@@ -97,43 +97,67 @@ __device__ __forceinline__ bool norm_gather_row(const SymmCollArgs& a, const LLS
   return ok;
 }
 
-// The fenced entry: the one-shot form spread in place (out = input). A
-// block's units were read by its threads before they stored them into the
-// peers' packets, so once every block has counted itself as sent no block
-// can still read an input unit that a row's block overwrites. Every block
-// of the grid is resident by then (ll_begin's note; the host keeps the
-// grid within max_grid), so the wait is for sends already under way,
-// bounded like every wait. The last block through clears both counts for
-// the next call, which counts only after this grid has ended (stream
-// order; a programmatic dependent waits in ll_begin first). The counts
+// The fence of the one-shot form spread in place (out = input): the
+// fenced entry's and the batched entry's. A block's units were read by its
+// threads before they stored them into the peers' packets, so once every
+// block has counted itself as sent no block can still read an input unit
+// that a row's block overwrites. Every block of the grid is resident by
+// then (ll_begin's note; the host keeps the grid within max_grid), so the
+// wait is for sends already under way, bounded like every wait. The counts
 // are the two words after the LL epoch and ll_end's count (the pad's
-// COLL_LL_COUNTERS + 2 and + 3). True in every thread unless it timed out;
-// a timeout names this rank as the peer and SYMM_NORM_WAIT_SEND_FENCE |
-// block as the wait detail (the LL waits' details are bare block indices).
+// COLL_LL_COUNTERS + 2, `sent`, and + 3, `through`).
 #define SYMM_NORM_WAIT_SEND_FENCE 0x8000u
+__device__ __forceinline__ uint32_t* norm_sent_count(const SymmCollArgs& a) {
+  return a.epochs + SYMM_COLL_LL_COUNTERS + 2;
+}
+
+// Thread 0 of a block that has counted itself in `sent` (with release):
+// wait until every block of the grid has. The last block through clears
+// both counts for the next call, which counts only after this grid has
+// ended (stream order; a programmatic dependent waits in ll_begin first).
+// False on timeout, which names this rank as the peer and
+// SYMM_NORM_WAIT_SEND_FENCE | block as the wait detail (the LL waits'
+// details are bare block indices); the counts then stay as they are (a
+// broken communicator stays broken).
+__device__ __forceinline__ bool norm_wait_all_sent(const SymmCollArgs& a) {
+  uint32_t* const sent = norm_sent_count(a);
+  uint32_t* const through = sent + 1;
+  SymmSpin spin(a.wait, a.rank, SYMM_NORM_WAIT_SEND_FENCE | blockIdx.x);
+  for (;;) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sent) : "memory");  // the others' reads first
+    if (v >= gridDim.x) break;
+    if (spin.give_up()) return false;
+  }
+  if (atomicAdd(through, 1u) == gridDim.x - 1) {
+    *sent = 0;
+    *through = 0;
+  }
+  return true;
+}
+
+// The fenced entry's fence, in every thread of the block after its sends.
+// True in every thread unless it timed out.
 __device__ __forceinline__ bool norm_send_fence(const SymmCollArgs& a) {
   __shared__ int timed_out;
   __syncthreads();  // this block's sends are issued, so their input loads are done
   if (threadIdx.x == 0) {
-    uint32_t* sent = a.epochs + SYMM_COLL_LL_COUNTERS + 2;
-    uint32_t* through = sent + 1;
-    timed_out = 0;
-    __threadfence();  // release: our reads before the count
-    atomicAdd(sent, 1u);
-    SymmSpin spin(a.wait, a.rank, SYMM_NORM_WAIT_SEND_FENCE | blockIdx.x);
-    while (*(volatile uint32_t*)sent < gridDim.x)
-      if (spin.give_up()) {
-        timed_out = 1;
-        break;
-      }
-    __threadfence();  // acquire: the others' reads before our writes
-    if (!timed_out && atomicAdd(through, 1u) == gridDim.x - 1) {
-      *sent = 0;
-      *through = 0;
-    }
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(norm_sent_count(a)) : "memory");  // our reads first
+    timed_out = !norm_wait_all_sent(a);
   }
   __syncthreads();
   return !timed_out;
+}
+
+// This block's equal contiguous share [*lo, *hi) of the `total` units the
+// one-shot form sends spread over the grid. In 32 bits: the units fit an
+// LL slot, and a 64-bit division (a software routine on the GPU) would sit
+// between the kernel's start and its first send, where every rank waits
+// on it.
+__device__ __forceinline__ void norm_spread_share(uint64_t total, uint32_t* lo, uint32_t* hi) {
+  const uint32_t t = (uint32_t)total, per = (t + gridDim.x - 1) / gridDim.x;
+  *lo = min(t, blockIdx.x * per);
+  *hi = min(t, *lo + per);
 }
 
 // FENCE (the fenced entry, its own kernel so that the others keep their
@@ -158,9 +182,9 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
   // still be unsent when its block writes out, so the host never spreads
   // when out is the input (allreduce_norm.rs one_shot_spreads).
   if (spread) {
-    const uint64_t total = n.rows * upr, per = (total + gridDim.x - 1) / gridDim.x;
-    const uint64_t end = min(total, (blockIdx.x + 1) * per);
-    for (uint64_t u = blockIdx.x * per + threadIdx.x; u < end; u += blockDim.x) send(u);
+    uint32_t lo, hi;
+    norm_spread_share(n.rows * upr, &lo, &hi);
+    for (uint32_t u = lo + threadIdx.x; u < hi; u += blockDim.x) send(u);
   } else {
     for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
       for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) send(row * upr + j);
@@ -279,34 +303,6 @@ __device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const L
   return ok;
 }
 
-// Thread 0 of a row's block, SYMM_NORM_FENCE: wait (bounded) until every
-// block of the grid has counted itself in `sent`, after its sends.
-__device__ __forceinline__ bool norm_batch_wait_sent(const SymmCollArgs& a, const uint32_t* sent) {
-  SymmSpin spin(a.wait, a.rank, SYMM_NORM_WAIT_SEND_FENCE | blockIdx.x);
-  for (;;) {
-    uint32_t v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sent) : "memory");
-    if (v >= gridDim.x) return true;
-    if (spin.give_up()) return false;
-  }
-}
-
-// ll_end (ll.cuh), where the last block through also clears the fence's
-// count: by then every block has passed its wait. A copy of it rather
-// than a change to it, which would rebuild every kernel family and change
-// their code.
-__device__ __forceinline__ void norm_batch_end(const SymmCollArgs& a, const LLState& s, bool ok, bool fenced) {
-  const int failed = __syncthreads_or(!ok);
-  if (threadIdx.x != 0 || failed) return;  // a broken communicator stays broken
-  uint32_t* c = a.epochs + SYMM_COLL_LL_COUNTERS;
-  __threadfence();
-  if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
-    if (fenced) c[2] = 0;
-    c[1] = 0;
-    c[0] = ll_next(s.epoch);
-  }
-}
-
 template <typename T, int Q>
 __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
@@ -319,14 +315,13 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
   };
   // The sends first, as allreduce_norm_ll_body does them (and why).
   const bool fenced = (n.flags & SYMM_NORM_SPREAD) && (n.flags & SYMM_NORM_FENCE);
-  uint32_t* const sent = a.epochs + SYMM_COLL_LL_COUNTERS + 2;  // the pad word the fenced entry counts in too
   if (n.flags & SYMM_NORM_SPREAD) {
-    const uint64_t total = n.rows * upr, per = (total + gridDim.x - 1) / gridDim.x;
-    const uint64_t end = min(total, (blockIdx.x + 1) * per);
-    for (uint64_t u = blockIdx.x * per + threadIdx.x; u < end; u += blockDim.x) send(u);
+    uint32_t lo, hi;
+    norm_spread_share(n.rows * upr, &lo, &hi);
+    for (uint32_t u = lo + threadIdx.x; u < hi; u += blockDim.x) send(u);
     if (fenced) {
       __syncthreads();  // this block's sends are issued, so their input loads are done
-      if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sent) : "memory");
+      if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(norm_sent_count(a)) : "memory");
     }
   } else {
     for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
@@ -343,7 +338,7 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
     norm_batch_load(n, p, mine, res, w);
     // Fenced, before the polls: the grid's sends are under way already and
     // the peers' packets come later, so this wait costs little.
-    if (fenced && row == blockIdx.x && threadIdx.x == 0) ok = norm_batch_wait_sent(a, sent);
+    if (fenced && row == blockIdx.x && threadIdx.x == 0) ok = norm_wait_all_sent(a);
     float x[SYMM_NORM_BATCH_UNITS][E];
     ok = norm_batch_gather<T>(a, s, p, row * upr, ok, mine, x);
     // A thread that gave up stops the whole block before anything is
@@ -355,7 +350,10 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
     const float ss = norm_add_residual<T>(n, p, x, [](uint64_t, uint2) {}, [&](uint32_t k) { return res[k]; });
     norm_scale_row<T, Q>(n, p, x, norm_block_reduce<false>(ss), [&](uint32_t k) { return w[k]; });
   }
-  norm_batch_end(a, s, ok, fenced);
+  // A block without a row (the spread grid may have more blocks than rows)
+  // still passes the fence: the last block through clears the counts.
+  if (fenced && blockIdx.x >= n.rows && threadIdx.x == 0) ok = norm_wait_all_sent(a);
+  ll_end(a, s, ok);
 }
 
 // The two-shot form's first step: the peers' rows to their owners first,

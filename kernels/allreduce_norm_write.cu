@@ -56,6 +56,10 @@ struct NormWriteLayout {
 
 // A row of `bytes` (a multiple of 16) from local memory into a peer's
 // scratch, two 16-byte vectors a thread asked for before they are stored.
+// Not coll.cuh's copy_bytes_by: its eight vectors a thread take this
+// kernel, already at the 128 registers of 512 threads, into spilling, and
+// the form 0.8-3.7 us slower a call at 300 and 512 tokens (twenty-third
+// session, ranks on one GPU).
 __device__ __forceinline__ void norm_store_row(char* to, const char* from, uint64_t bytes) {
   constexpr uint32_t V = 2;
   const uint64_t step = (uint64_t)blockDim.x * 16;
@@ -70,13 +74,20 @@ __device__ __forceinline__ void norm_store_row(char* to, const char* from, uint6
   }
 }
 
-// A thread's units of the part from `from` (the row's first byte), asked
-// for together; zeros past the part.
-__device__ __forceinline__ void norm_write_load(const NormPart& p, const char* from, uint2 (&v)[SYMM_NORM_BATCH_UNITS]) {
+// With SYMM_NORM_PREFETCH (SYMM_ALGO `normwrite+prefetch`): ask for a
+// thread's units of the block's next row in this SM's L1 before working
+// on this one. A block with several rows otherwise starts a row's loads
+// only after the previous row's stores and block reduction, one round
+// trip to L2 or HBM after another; a prefetch holds no register (the
+// kernel uses all 128 registers of 512 threads). What it asks for
+// is final: the scratch after the block sync that ends the step before.
+__device__ __forceinline__ void norm_write_prefetch(const SymmNormArgs& n, const NormPart& p, const char* row) {
+  if (!(n.flags & SYMM_NORM_PREFETCH)) return;
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
     const uint64_t j = p.unit(k);
-    v[k] = j < p.hi ? *reinterpret_cast<const uint2*>(from + j * 8) : make_uint2(0, 0);
+    if (j >= p.hi) break;
+    asm volatile("prefetch.L1 [%0];" ::"l"(row + j * 8));
   }
 }
 
@@ -88,6 +99,8 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
   const uint32_t nr = a.nranks, me = a.rank;
   const uint64_t rows = n.rows, upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
   const NormWriteLayout at{(rows + nr - 1) / nr, upr * 8, nr};
+  // Owner p's rows [first(p), first(p) + owned(p)), each taken once per
+  // loop below (a 64-bit division apiece).
   auto first = [&](uint32_t p) { return norm_owner_begin(rows, nr, p); };
   auto owned = [&](uint32_t p) { return norm_owner_begin(rows, nr, p + 1) - norm_owner_begin(rows, nr, p); };
   // Launched as a programmatic dependent as the LL kernels are (ll.cuh
@@ -105,8 +118,9 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
   for (uint32_t k = 1; k < nr; ++k) {
     const uint32_t j = (me + k) % nr;  // spread the stores over the links
     char* slot = scratch_in(a, j, par);
-    for (uint64_t i = blockIdx.x; i < owned(j); i += gridDim.x)
-      norm_store_row(slot + at.row_at(me, i), a.send + (first(j) + i) * at.rb, at.rb);
+    const uint64_t from = first(j), count = owned(j);
+    for (uint64_t i = blockIdx.x; i < count; i += gridDim.x)
+      norm_store_row(slot + at.row_at(me, i), a.send + (from + i) * at.rb, at.rb);
   }
   if (!block_sync(a, s)) return;
   // The weight's units of a thread: the same in every row.
@@ -116,10 +130,17 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
   //    rounded residual_out units and the row's sum of squares to every peer.
   s.tl.mark(SYMM_PHASE_REDUCE);
   const char* in = scratch_in(a, me, par);
-  for (uint64_t i = blockIdx.x; i < owned(me); i += gridDim.x) {
-    const NormPart p = whole_row(first(me) + i, upr);
+  const uint64_t my_first = first(me), my_rows = owned(me);
+  for (uint64_t i = blockIdx.x; i < my_rows; i += gridDim.x) {
+    const NormPart p = whole_row(my_first + i, upr);
     uint2 mine[U], res[U];
     norm_batch_load(n, p, mine, res, nullptr);
+    if ((n.flags & SYMM_NORM_PREFETCH) && i + gridDim.x < my_rows) {  // the next row's: every rank's units, the residual's
+      const NormPart q = whole_row(p.row + gridDim.x, upr);
+      for (uint32_t r = 0; r < nr; ++r)
+        norm_write_prefetch(n, q, r == me ? a.send + q.row * at.rb : in + at.row_at(r, i + gridDim.x));
+      norm_write_prefetch(n, q, n.residual + q.row * at.rb);
+    }
     float x[U][E];
 #pragma unroll
     for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
@@ -129,7 +150,7 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
 #pragma unroll
         for (uint32_t k = 0; k < U; ++k) v[k] = mine[k];
       } else {
-        norm_write_load(p, in + at.row_at(r, i), v);
+        norm_load_part(p, in + at.row_at(r, i), v);
       }
       norm_accumulate<T>(x, v, r);
     }
@@ -148,10 +169,12 @@ __device__ void allreduce_norm_write_body(const SymmNormArgs& n) {
   const char* back = scratch_out(a, me, par);
   for (uint32_t k = 1; k < nr; ++k) {
     const uint32_t j = (me + k) % nr;
-    for (uint64_t i = blockIdx.x; i < owned(j); i += gridDim.x) {
-      const NormPart p = whole_row(first(j) + i, upr);
+    const uint64_t from = first(j), count = owned(j);
+    for (uint64_t i = blockIdx.x; i < count; i += gridDim.x) {
+      const NormPart p = whole_row(from + i, upr);
       uint2 v[U];
-      norm_write_load(p, back + at.row_at(j, i), v);
+      norm_load_part(p, back + at.row_at(j, i), v);
+      if (i + gridDim.x < count) norm_write_prefetch(n, p, back + at.row_at(j, i + gridDim.x));  // the next row's
       const float squares = *reinterpret_cast<const float*>(back + at.squares_at(j, i));
       float x[U][E];
 #pragma unroll

@@ -125,18 +125,27 @@ __device__ __forceinline__ void norm_scale_row(const SymmNormArgs& n, const Norm
   }
 }
 
-// A thread's units of the part, each of this rank's input (`mine`, for
-// the sums), the residual's (`res`) and the weight's (`w`), asked for
-// together; zeros past the part. A null array is not loaded.
-__device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const NormPart& p, uint2* mine, uint2* res,
-                                                uint2* w) {
+// A thread's units of the part from `row` (the row's first byte: a row
+// of the input, the residual or scratch; the weight, whose one row every
+// row shares), asked for together; zeros past the part.
+__device__ __forceinline__ void norm_load_part(const NormPart& p, const char* row, uint2* v) {
 #pragma unroll
   for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) {
-    const uint64_t j = p.unit(k), off = (p.row * p.upr + j) * 8;
-    if (mine) mine[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.coll.send + off) : make_uint2(0, 0);
-    if (res) res[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.residual + off) : make_uint2(0, 0);
-    if (w) w[k] = j < p.hi ? *reinterpret_cast<const uint2*>(n.weight + j * 8) : make_uint2(0, 0);
+    const uint64_t j = p.unit(k);
+    v[k] = j < p.hi ? *reinterpret_cast<const uint2*>(row + j * 8) : make_uint2(0, 0);
   }
+}
+
+// A thread's units of the part, each of this rank's input (`mine`, for
+// the sums), the residual's (`res`) and the weight's (`w`), asked for
+// together (no store between them, so the loads are all in flight at
+// once); zeros past the part. A null array is not loaded.
+__device__ __forceinline__ void norm_batch_load(const SymmNormArgs& n, const NormPart& p, uint2* mine, uint2* res,
+                                                uint2* w) {
+  const uint64_t row = p.row * p.upr * 8;
+  if (mine) norm_load_part(p, n.coll.send + row, mine);
+  if (res) norm_load_part(p, n.residual + row, res);
+  if (w) norm_load_part(p, n.weight, w);
 }
 
 // Rank r's units v of a part added into x (x[k] = v[k] for rank 0): every
