@@ -50,8 +50,14 @@
 // part's residual units (with `residual`) and weight units in this SM's L1
 // before the block waits for its peers' packets. Both are loaded only
 // after the wait, each a dependent round trip to L2 or HBM on the critical
-// path at decode sizes; a prefetch holds no register (the norm kernels run
-// at the 64-register bound of 1,024 threads) and changes no result.
+// path at decode sizes (the norm kernels run at the 64-register bound of
+// 1,024 threads: no room to load them early). The form by stores has the
+// one-row form of this loop (allreduce_norm_write.cu norm_write_prefetch).
+// Kept apart on purpose (twenty-fourth session, ptxas -v, sm_90): one
+// helper a row, used twice here, spills the one-shot LL kernel 48 B more,
+// one helper over two rows 52 B stored and 76 loaded more, and the form by
+// stores, without the flag test inside its loop's caller, from nothing to
+// 20 B stored and 56 loaded (a spill there cost 0.8-3.7 us a call).
 __device__ __forceinline__ void norm_prefetch(const SymmNormArgs& n, const NormPart& p, bool residual) {
   if (!(n.flags & SYMM_NORM_PREFETCH)) return;
 #pragma unroll
@@ -136,24 +142,27 @@ __device__ __forceinline__ bool norm_wait_all_sent(const SymmCollArgs& a) {
   return true;
 }
 
+// In every thread of the block after its sends: count the block in
+// `sent` (thread 0, with release: the block's reads first).
+__device__ __forceinline__ void norm_count_sent(const SymmCollArgs& a) {
+  __syncthreads();  // this block's sends are issued, so their input loads are done
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(norm_sent_count(a)) : "memory");
+}
+
 // The fenced entry's fence, in every thread of the block after its sends.
 // True in every thread unless it timed out.
 __device__ __forceinline__ bool norm_send_fence(const SymmCollArgs& a) {
   __shared__ int timed_out;
-  __syncthreads();  // this block's sends are issued, so their input loads are done
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(norm_sent_count(a)) : "memory");  // our reads first
-    timed_out = !norm_wait_all_sent(a);
-  }
+  norm_count_sent(a);
+  if (threadIdx.x == 0) timed_out = !norm_wait_all_sent(a);
   __syncthreads();
   return !timed_out;
 }
 
 // This block's equal contiguous share [*lo, *hi) of the `total` units the
-// one-shot form sends spread over the grid. In 32 bits: the units fit an
-// LL slot, and a 64-bit division (a software routine on the GPU) would sit
-// between the kernel's start and its first send, where every rank waits
-// on it.
+// one-shot form sends spread over the grid. In 32 bits, as the units fit
+// an LL slot: a 64-bit division is a software routine on the GPU, though
+// measured against one (twenty-third session) it made no difference.
 __device__ __forceinline__ void norm_spread_share(uint64_t total, uint32_t* lo, uint32_t* hi) {
   const uint32_t t = (uint32_t)total, per = (t + gridDim.x - 1) / gridDim.x;
   *lo = min(t, blockIdx.x * per);
@@ -319,10 +328,7 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
     uint32_t lo, hi;
     norm_spread_share(n.rows * upr, &lo, &hi);
     for (uint32_t u = lo + threadIdx.x; u < hi; u += blockDim.x) send(u);
-    if (fenced) {
-      __syncthreads();  // this block's sends are issued, so their input loads are done
-      if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(norm_sent_count(a)) : "memory");
-    }
+    if (fenced) norm_count_sent(a);
   } else {
     for (uint64_t row = blockIdx.x; row < n.rows; row += gridDim.x)
       for (uint64_t j = threadIdx.x; j < upr; j += blockDim.x) send(row * upr + j);

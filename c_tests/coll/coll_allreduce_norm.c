@@ -17,7 +17,8 @@
  * (rows * p / n onwards) adds its residual: one more case gives every rank
  * a different residual and checks that each row's residualOut, on every
  * rank, has its owner's (which the other forms would not give). With
- * SYMM_ALGO naming `normwrite`, the shapes above the LL forms take the
+ * SYMM_ALGO naming `normwrite`, and by default at 2 ranks (unless
+ * `nonormwrite`), the shapes above the LL forms take the
  * two-shot form by stores (kernels/allreduce_norm_write.cu, from 2 ranks,
  * rows up to 16 KiB), which also adds the owner's residual: the same
  * check runs on 300 x 4096; and the form back to back with the staged
@@ -159,8 +160,8 @@ static int has_token(const char *algo, const char *want) {
 /* Whether SYMM_ALGO leaves the choice of kernel to auto, as the library's
  * Algo::is_auto: only "auto", "grid=N" and the tunings below. */
 static int auto_choice(const char *algo) {
-  static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",
-                                          "nopdl",    "lightsync", "fullsync", "serial",   "normwrite"};
+  static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",       "nopdl",
+                                          "lightsync", "fullsync", "serial",   "nobatch",  "normwrite", "nonormwrite"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {
@@ -477,8 +478,10 @@ static void body(struct tw *w, void *ctx) {
     run_case(w, symmBfloat16, 131, 2048, CW_SYMMETRIC, IN_PLACE, 0);
     residual_per_rank = 0;
   }
-  /* 300 x 4096 bf16 (2.4 MiB) is above the LL forms at every rank count. */
-  if (has_token(algo, "normwrite")) {
+  /* 300 x 4096 bf16 (2.4 MiB) is above the LL forms at every rank count;
+   * the form by stores is auto's at 2 ranks (src/coll/defaults.rs
+   * NORM_BATCH_DEFAULT_RANKS). */
+  if (has_token(algo, "normwrite") || (auto_choice(algo) && w->nranks == 2 && !has_token(algo, "nonormwrite"))) {
     residual_per_rank = 1;
     run_case(w, symmBfloat16, 300, 4096, CW_STAGED, SEPARATE, 1);
     run_case(w, symmBfloat16, 300, 4096, CW_SYMMETRIC, IN_PLACE, 0);

@@ -27,12 +27,14 @@
  *   alltoallv_2d   symmAllToAllvDevice2d, 2 local experts, 2048 rows for
  *                  each (rank, expert), aligned to 16;
  *   allreduce_norm symmAllReduceAddRMSNorm, 4 tokens x 4096 bf16: the LL
- *                  form SYMM_ALGO selects (one-shot, spread, batched)
- *                  polls packets that never come;
+ *                  form SYMM_ALGO selects (one-shot, spread, batched;
+ *                  batched and spread by default at 2 ranks) polls packets
+ *                  that never come;
  *   allreduce_norm_wide
  *                  the same, 128 tokens (1 MiB): the one-shot LL form at 2
- *                  ranks, the two-shot LL form at 4 (and with SYMM_ALGO=ll
- *                  at 8; batched with batch), else the all-reduce first
+ *                  ranks (batched by default), the two-shot LL form at 4
+ *                  (and with SYMM_ALGO=ll at 8; batched with batch), else
+ *                  the all-reduce first
  *                  (the two-kernel form, its norm kernel after the
  *                  all-reduce that times out), or with SYMM_ALGO naming
  *                  normwrite the form by stores (its block syncs).

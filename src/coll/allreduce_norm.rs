@@ -18,10 +18,11 @@
 //! rank in tensor parallelism). At one rank only the norm kernel runs.
 //! With `SYMM_ALGO=batch[=N]` each form runs on its batched entry (a
 //! thread's loads issued together, a peer's packets polled at once), where
-//! a block's part of a row fits one: not yet a default. With `normwrite`
-//! the messages above the LL forms take one kernel by stores instead of the
-//! all-reduce and the norm kernel (allreduce_norm_write.rs): not yet a
-//! default either.
+//! a block's part of a row fits one. With `normwrite` the messages above
+//! the LL forms take one kernel by stores instead of the all-reduce and the
+//! norm kernel (allreduce_norm_write.rs). Both are `auto`'s at 2 ranks
+//! (`batch=1`; measured across GPUs: coll/defaults.rs
+//! `NORM_BATCH_DEFAULT_RANKS`), opt-in from 3 until measured there.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -30,7 +31,7 @@ use std::ffi::{c_void, CStr};
 use cudarc::driver::sys::CUstream;
 
 use super::ranges::check_disjoint;
-use super::{allreduce, allreduce_norm_write, Call, CollId, Request};
+use super::{allreduce, allreduce_norm_write, defaults, Call, CollId, Request};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     NormArgs, NORM_FP8_TENSOR, NORM_FP8_TOKEN, NORM_MAX_THREADS, NORM_MAX_UNITS, NORM_PARTS_SHIFT, NORM_PREFETCH,
@@ -48,21 +49,12 @@ use crate::types::{symmDataType_t, symmRedOp_t, RawDataType};
 /// (docs/PERFORMANCE.md, sixth session's hypotheses).
 const SPREAD_UNITS: u64 = 128;
 
-/// The rank count at which `auto` spreads the LL forms as `spread` does.
-/// On 4 x H200 (2026-11-27, seventh session, bf16, graph-replayed, the
-/// same run; docs/perf/measure-4xH200-2026-11-27-s7.md): hidden 4096, 1
-/// token 5.86 us spread against 6.86, 1 MiB 19.76 against 27.71 (NCCL +
-/// norm 30.4: 1.54x against 1.10x), every other size within 1 % or
-/// faster; hidden 8192, 1 token 7.84 against 9.89, 256 KiB - 8 MiB within
-/// 3 % either way (13.11 against 12.75 at 256 KiB the widest). 2 and 3
-/// ranks were not measured side by side and keep whole rows unless asked;
-/// `nospread` keeps them at 4 too.
-const SPREAD_DEFAULT_RANKS: usize = 4;
-
-/// Whether the LL forms spread: asked (`spread`), or by default at
-/// [`SPREAD_DEFAULT_RANKS`] unless `nospread`.
-fn spread(call: &Call) -> bool {
-    !call.algo.no_spread && (call.algo.spread || call.defaulted && call.comm.nranks == SPREAD_DEFAULT_RANKS)
+/// Whether the LL forms spread: asked (`spread`), or where `auto` does
+/// (coll/defaults.rs `norm_spread_by_default`: at 4 ranks, and at 2 up to
+/// 16 tokens) unless `nospread`.
+fn spread(call: &Call, tokens: usize) -> bool {
+    !call.algo.no_spread
+        && (call.algo.spread || defaults::norm_spread_by_default(call.algo, call.defaulted, call.comm.nranks, tokens))
 }
 
 /// How the one-shot LL form sends.
@@ -324,7 +316,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
     let row_bytes = r.hidden * dtype.size();
-    let spread = spread(&call);
+    let spread = spread(&call, r.tokens);
     let form = choose_form(&FormInputs {
         nranks: comm.nranks,
         tokens: r.tokens,
@@ -333,7 +325,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         two_shot_allowed: call.ll_two_shot_allowed(),
         spread,
         per_token_scales: quant == NORM_FP8_TOKEN,
-        by_stores: call.algo.norm_write,
+        by_stores: defaults::norm_by_stores(call.algo, call.defaulted, comm.nranks),
         ll_slot: comm.coll.ll_slot,
         half: comm.coll.half,
         max_grid: comm.coll.max_grid,
@@ -344,10 +336,11 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         Form::TwoShotLl { parts } => units.div_ceil(parts),
         _ => units,
     };
-    // The batched layout: with `batch=N` each form's batched entry where a
-    // block's part of a row fits one; always for the form by stores, one
-    // unit a thread unless `batch=N` says otherwise.
-    let per = call.algo.norm_batch_units();
+    // The batched layout: with `batch=N` (or by default at 2 ranks) each
+    // form's batched entry where a block's part of a
+    // row fits one; always for the form by stores, one unit a thread
+    // unless `batch=N` says otherwise.
+    let per = defaults::norm_batch_units(call.algo, call.defaulted, comm.nranks, r.tokens);
     let batch_block = match form {
         Form::ByStores => batch_threads(units, per.unwrap_or(1)),
         _ => per.and_then(|per| batch_threads(block_units, per)),

@@ -1,6 +1,7 @@
 //! The fused all-reduce + RMSNorm above its LL forms as one kernel by
-//! stores (`SYMM_ALGO` token `normwrite`, twenty-first session; not a
-//! default until measured across GPUs): kernels/allreduce_norm_write.cu.
+//! stores (`SYMM_ALGO` token `normwrite`, twenty-first session; `auto`'s
+//! at 2 ranks since the twenty-fourth, measured across GPUs: defaults.rs
+//! `NORM_BATCH_DEFAULT_RANKS`): kernels/allreduce_norm_write.cu.
 //! Each rank stores the rows every peer owns into that owner's scratch;
 //! after a block sync the owner sums, adds its residual and normalises its
 //! rows, storing the rounded residual_out rows and their sums of squares

@@ -2,8 +2,7 @@
 //! measured default in one place, each with the measurement it came from
 //! (docs/PERFORMANCE.md has the tables). Elsewhere: the LL launches and
 //! block syncs of `Algo::AUTO` (`pdl`, `lightsync`; src/comm/algo.rs), the
-//! send/recv engine's shape (`P2PShape::AUTO`), and the fused norm's
-//! `spread` at 4 ranks (allreduce_norm.rs `SPREAD_DEFAULT_RANKS`).
+//! send/recv engine's shape (`P2PShape::AUTO`).
 
 use super::{Algo, CollId};
 use crate::cuda::abi::{OpId, MODE_CLASSIC};
@@ -320,6 +319,80 @@ pub(super) fn ll_auto_limit(coll: CollId, nranks: usize) -> u64 {
 /// both. Other rank counts keep their forms until measured.
 pub(super) const LL_TWO_SHOT_DEFAULT_RANKS: usize = 4;
 
+/// The rank counts at which `auto` runs the fused all-reduce + RMSNorm on
+/// its batched entries, and above its LL forms as one kernel by stores
+/// (`normwrite`). On 2 x H200 (2026-11-29, twenty-fourth session,
+/// `scripts/device-measure norm:2 norm:2:batch=1
+/// norm:2:normwrite+batch=1`, bf16, graph-replayed, one call), the fused
+/// call's cost over symmAllReduce alone, hidden 4096 / 8192: 1 token 1.70
+/// / 2.72 us batched (`batch=1`) against 2.46 / 3.91, 16 tokens 1.12 / 1.33
+/// against 1.77 / 2.59; from 2 MiB, with the form by stores, 1.23 / 1.30
+/// us against 6.30 / 4.88 and at 512 tokens 0.65 / 0.68 against 11.94 /
+/// 20.82 (4 MiB at 4096: 23.3 us against 34.5, NCCL + norm 74.3). No row
+/// slower (within 0.03 us at 32-128 tokens). How many units a thread, and
+/// where the sends spread: [`NORM_FEW_TOKENS`]. 3-8 ranks keep the
+/// unbatched entries and the all-reduce + norm kernel until measured
+/// across GPUs.
+const NORM_BATCH_DEFAULT_RANKS: [usize; 1] = [2];
+
+/// At [`NORM_BATCH_DEFAULT_RANKS`], up to this many tokens `auto`'s
+/// batched entries take one unit a thread and the one-shot LL form spreads
+/// its sends over the grid (out of place: `auto` never spreads in place);
+/// above it, four units a thread (`batch`) and whole rows. With few rows a
+/// row per block leaves few SMs sending; from 32 rows there are as many
+/// senders as the spread grid gives. On 2 x H200 (same session, the next
+/// call: `norm:2:batch=1+spread norm:2:batch norm:2:batch=2`), cost over
+/// the all-reduce alone, out of place, hidden 4096 / 8192: 1 token 1.09 /
+/// 1.29 us spread against 1.69 / 2.72 with whole rows, 16 tokens 1.00 /
+/// 1.14 against 1.11 / 1.33; at 32 tokens spread loses (0.96 / 1.19
+/// against 0.95 / 1.04). Four units a thread against one at 4096: 32
+/// tokens 0.73 against 0.95, 128 tokens -0.41 against -0.25, 256 and 512
+/// tokens (the form by stores) 0.95 and 0.29 against 1.23-1.38 and
+/// 0.65-0.67; at 1-16 tokens 1.90-1.26 against 1.69-1.11, so not there. At
+/// 8192 the two are one kernel (2,048 units fill 512 threads four each).
+const NORM_FEW_TOKENS: usize = 16;
+
+/// The rank count at which `auto` spreads the fused norm's LL forms as
+/// `spread` does, at every token count. On 4 x H200 (2026-11-27, seventh
+/// session, bf16, graph-replayed, the same run;
+/// docs/perf/measure-4xH200-2026-11-27-s7.md): hidden 4096, 1 token 5.86
+/// us spread against 6.86, 1 MiB 19.76 against 27.71 (NCCL + norm 30.4:
+/// 1.54x against 1.10x), every other size within 1 % or faster; hidden
+/// 8192, 1 token 7.84 against 9.89, 256 KiB - 8 MiB within 3 % either way
+/// (13.11 against 12.75 at 256 KiB the widest). 3 ranks were not measured
+/// side by side and keep whole rows unless asked; `nospread` keeps them
+/// at 4 too.
+const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
+
+/// Whether `auto` spreads the fused norm's LL forms for `tokens` rows:
+/// at [`NORM_SPREAD_DEFAULT_RANKS`], and at [`NORM_BATCH_DEFAULT_RANKS`]
+/// up to [`NORM_FEW_TOKENS`] with its own batched layout (as measured: not
+/// with `nobatch` or a `batch=N` named).
+pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize) -> bool {
+    let auto_batch = !algo.no_norm_batch && algo.norm_batch_units().is_none();
+    defaulted
+        && (nranks == NORM_SPREAD_DEFAULT_RANKS
+            || NORM_BATCH_DEFAULT_RANKS.contains(&nranks) && auto_batch && tokens <= NORM_FEW_TOKENS)
+}
+
+/// Units a thread of the fused norm's batched entries for `tokens` rows:
+/// `batch=N` where named, else under `auto` at
+/// [`NORM_BATCH_DEFAULT_RANKS`] one up to [`NORM_FEW_TOKENS`] and four
+/// above, unless `nobatch`; None: the unbatched entries.
+pub(crate) fn norm_batch_units(algo: Algo, defaulted: bool, nranks: usize, tokens: usize) -> Option<u64> {
+    algo.norm_batch_units().or_else(|| {
+        (defaulted && !algo.no_norm_batch && NORM_BATCH_DEFAULT_RANKS.contains(&nranks))
+            .then_some(if tokens <= NORM_FEW_TOKENS { 1 } else { 4 })
+    })
+}
+
+/// Whether the fused norm takes its form by stores above the LL forms:
+/// `normwrite`, or under `auto` at [`NORM_BATCH_DEFAULT_RANKS`] unless
+/// `nonormwrite`.
+pub(crate) fn norm_by_stores(algo: Algo, defaulted: bool, nranks: usize) -> bool {
+    algo.norm_write || defaulted && !algo.no_norm_write && NORM_BATCH_DEFAULT_RANKS.contains(&nranks)
+}
+
 /// Threads per block of LL kernels while the grid is not full: small
 /// messages are spread over more SMs, each thread handling one packet.
 pub(super) const LL_SMALL_BLOCK: u32 = 128;
@@ -355,6 +428,35 @@ mod tests {
         assert_eq!(ll_auto_limit(CollId::ReduceScatter, 3), 512 << 10, "measured on 3 GPUs");
         assert_eq!(ll_auto_limit(CollId::Broadcast, 3), 256 << 10, "not measured: as before");
         assert_eq!(ll_auto_limit(CollId::AllReduce, 8), (512 << 10) / 7);
+    }
+
+    #[test]
+    fn fused_norm_batched_by_stores_and_spread_at_two_ranks() {
+        let parse = |s: &str| Algo::parse(s).unwrap();
+        let auto = Algo::AUTO;
+        assert_eq!(norm_batch_units(auto, true, 2, 1), Some(1), "measured on 2 GPUs");
+        assert_eq!(norm_batch_units(auto, true, 2, 16), Some(1));
+        assert_eq!(norm_batch_units(auto, true, 2, 17), Some(4), "four units a thread above 16 tokens");
+        assert!(norm_by_stores(auto, true, 2));
+        assert!(norm_spread_by_default(auto, true, 2, 16) && !norm_spread_by_default(auto, true, 2, 17));
+        for n in [1, 3, 8] {
+            assert_eq!(norm_batch_units(auto, true, n, 1), None, "{n} ranks: not measured across GPUs");
+            assert!(!norm_by_stores(auto, true, n), "{n} ranks");
+            assert!(!norm_spread_by_default(auto, true, n, 1), "{n} ranks");
+        }
+        assert_eq!(norm_batch_units(auto, true, 4, 1), None);
+        assert!(norm_spread_by_default(auto, true, 4, 1) && norm_spread_by_default(auto, true, 4, 4096), "every size at 4");
+        assert_eq!(norm_batch_units(parse("nobatch"), true, 2, 1), None);
+        assert!(!norm_spread_by_default(parse("nobatch"), true, 2, 1), "nobatch: whole rows, as before");
+        assert!(norm_by_stores(parse("nobatch"), true, 2), "nobatch keeps the form by stores");
+        assert!(!norm_by_stores(parse("nonormwrite"), true, 2));
+        assert_eq!(norm_batch_units(parse("nonormwrite"), true, 2, 1), Some(1));
+        assert_eq!(norm_batch_units(parse("ll"), false, 2, 1), None, "an explicit algorithm keeps the unbatched entries");
+        assert!(!norm_by_stores(parse("ll"), false, 2) && !norm_spread_by_default(parse("ll"), false, 2, 1));
+        assert_eq!(norm_batch_units(parse("batch=4"), true, 2, 1), Some(4), "batch=N named wins");
+        assert!(!norm_spread_by_default(parse("batch=4"), true, 2, 1), "only auto's own batch spreads at 2");
+        assert_eq!(norm_batch_units(parse("ll+batch=2"), false, 4, 1), Some(2));
+        assert!(norm_by_stores(parse("ll+normwrite"), false, 4));
     }
 
     #[test]

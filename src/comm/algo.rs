@@ -123,19 +123,27 @@ pub struct Algo {
     /// `add_norm_batch_body`): N units a thread in blocks of at most 512,
     /// every load of a thread issued before it polls, its packets polled at
     /// once. The one-shot entry nineteenth session, the two-shot and
-    /// norm-kernel entries twentieth; not a default until measured across
-    /// GPUs. A tuning: alone it keeps `auto`'s choices. log2(N) + 1; 0: not
-    /// asked.
+    /// norm-kernel entries twentieth; `auto`'s with N = 1 at 2 ranks since
+    /// the twenty-fourth (coll/defaults.rs `norm_batch_units`). A tuning:
+    /// alone it keeps `auto`'s choices. log2(N) + 1; 0: not asked.
     pub norm_batch_log2: u8,
+    /// `nobatch`: the fused norm's unbatched entries where `auto` would
+    /// batch (2 ranks), for A/B measurements. A tuning.
+    pub no_norm_batch: bool,
     /// `normwrite`: the fused norm above its LL forms as one kernel by
     /// stores (kernels/allreduce_norm_write.cu: each owner of rows sums,
     /// adds its residual and normalises them, the rows going there and
     /// back through scratch with block syncs) instead of the library's
     /// all-reduce and a norm kernel after it, where the scratch holds the
-    /// message and rows fit one block (16 KiB). Twenty-first session, not a
-    /// default until measured across GPUs. A tuning: alone it keeps
-    /// `auto`'s choices everywhere else.
+    /// message and rows fit one block (16 KiB). Twenty-first session;
+    /// `auto`'s at 2 ranks since the twenty-fourth (coll/defaults.rs
+    /// `norm_write_by_default`). A tuning: alone it keeps `auto`'s choices
+    /// everywhere else.
     pub norm_write: bool,
+    /// `nonormwrite`: the all-reduce and a norm kernel above the fused
+    /// norm's LL forms where `auto` would take the form by stores (2
+    /// ranks), for A/B measurements. A tuning.
+    pub no_norm_write: bool,
 }
 
 impl Algo {
@@ -157,12 +165,15 @@ impl Algo {
             serial: false,
             rsag: false,
             norm_batch_log2: 0,
+            no_norm_batch: false,
             norm_write: false,
+            no_norm_write: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
-    /// `serial` / `rsag` / `batch` / `normwrite` aside: they tune kernels,
+    /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite`
+    /// aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -171,7 +182,8 @@ impl Algo {
         #[rustfmt::skip]
         let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
                             pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
-                            norm_batch_log2: t.norm_batch_log2, norm_write: t.norm_write, ..self };
+                            norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
+                            norm_write: t.norm_write, no_norm_write: t.no_norm_write, ..self };
         choice == Algo::AUTO
     }
 
@@ -210,7 +222,9 @@ impl Algo {
                 "serial" => a.serial = true,
                 "rsag" => a.rsag = true,
                 "normwrite" | "norm_write" | "norm-write" => a.norm_write = true,
+                "nonormwrite" | "no_norm_write" | "no-norm-write" => a.no_norm_write = true,
                 "batch" => a.norm_batch_log2 = 3,
+                "nobatch" | "no_batch" | "no-batch" => a.no_norm_batch = true,
                 t if t.starts_with("batch=") => {
                     a.norm_batch_log2 = match &t[6..] {
                         "1" => 1,
@@ -235,7 +249,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, normwrite, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, joined with '+')"
                     ))
                 }
             }
@@ -245,6 +259,12 @@ impl Algo {
         }
         if a.spread && a.no_spread {
             return Err(format!("\"{s}\" names both spread and nospread"));
+        }
+        if a.norm_batch_log2 != 0 && a.no_norm_batch {
+            return Err(format!("\"{s}\" names both batch and nobatch"));
+        }
+        if a.norm_write && a.no_norm_write {
+            return Err(format!("\"{s}\" names both normwrite and nonormwrite"));
         }
         if pdl_named == [true, true] {
             return Err(format!("\"{s}\" names both pdl and nopdl"));
@@ -277,7 +297,8 @@ impl Algo {
         };
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
-        // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48.
+        // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
+        // nonormwrite 50.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -292,6 +313,8 @@ impl Algo {
             | (self.rsag as u64) << 45
             | ((self.norm_batch_log2 & 3) as u64) << 46
             | (self.norm_write as u64) << 48
+            | (self.no_norm_batch as u64) << 49
+            | (self.no_norm_write as u64) << 50
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -317,6 +340,8 @@ impl Algo {
             rsag: wide >> 45 & 1 != 0,
             norm_batch_log2: (wide >> 46 & 3) as u8,
             norm_write: wide >> 48 & 1 != 0,
+            no_norm_batch: wide >> 49 & 1 != 0,
+            no_norm_write: wide >> 50 & 1 != 0,
         }
     }
 }
@@ -347,7 +372,9 @@ impl std::fmt::Display for Algo {
             (self.serial, "serial"),
             (self.rsag, "rsag"),
             (self.norm_batch_log2 != 0, batch.as_str()),
+            (self.no_norm_batch, "nobatch"),
             (self.norm_write, "normwrite"),
+            (self.no_norm_write, "nonormwrite"),
         ] {
             if on {
                 parts.push(name);
@@ -636,6 +663,13 @@ mod tests {
         let a = Algo::parse(&format!("normwrite+batch=4+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 48 clear of the rest");
         assert!(Algo::parse("Norm-Write").unwrap().norm_write);
+        let off = Algo::parse("nobatch+nonormwrite").unwrap();
+        assert!(off.no_norm_batch && off.no_norm_write && off.is_auto(), "the opt-outs keep auto's choices elsewhere");
+        assert_eq!((Algo::from_bits(off.to_bits()), off.to_string().as_str()), (off, "auto+nobatch+nonormwrite"));
+        let a = Algo::parse(&format!("nobatch+nonormwrite+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bits 49-50 clear of the rest");
+        assert!(Algo::parse("batch=1+nobatch").unwrap_err().contains("both"));
+        assert!(Algo::parse("normwrite+No-Norm-Write").unwrap_err().contains("both"));
     }
 
     #[test]
