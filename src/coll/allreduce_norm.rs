@@ -51,10 +51,10 @@ const SPREAD_UNITS: u64 = 128;
 
 /// Whether the LL forms spread: asked (`spread`), or where `auto` does
 /// (coll/defaults.rs `norm_spread_by_default`: at 4 ranks, and at 2 up to
-/// 16 tokens) unless `nospread`.
-fn spread(call: &Call, tokens: usize) -> bool {
-    !call.algo.no_spread
-        && (call.algo.spread || defaults::norm_spread_by_default(call.algo, call.defaulted, call.comm.nranks, tokens))
+/// 16 tokens, 8 in place) unless `nospread`.
+fn spread(call: &Call, tokens: usize, in_place: bool) -> bool {
+    let by_default = defaults::norm_spread_by_default(call.algo, call.defaulted, call.comm.nranks, tokens, in_place);
+    !call.algo.no_spread && (call.algo.spread || by_default)
 }
 
 /// How the one-shot LL form sends.
@@ -316,7 +316,11 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     let k = kernels(dtype).expect("checked");
     let units = (r.hidden * dtype.size() / 8) as u64;
     let row_bytes = r.hidden * dtype.size();
-    let spread = spread(&call, r.tokens);
+    // In place is only ever the same type (check: an fp8 out never aliases
+    // the input), the one output the fenced entry writes (the batched one
+    // writes every output).
+    let in_place = r.out as usize == r.input as usize;
+    let spread = spread(&call, r.tokens, in_place);
     let form = choose_form(&FormInputs {
         nranks: comm.nranks,
         tokens: r.tokens,
@@ -345,10 +349,6 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         Form::ByStores => batch_threads(units, per.unwrap_or(1)),
         _ => per.and_then(|per| batch_threads(block_units, per)),
     };
-    // In place is only ever the same type (check: an fp8 out never aliases
-    // the input), the one output the fenced entry writes (the batched one
-    // writes every output).
-    let in_place = r.out as usize == r.input as usize;
     let sends = match form {
         Form::OneShotLl => one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()),
         _ => OneShotSends::WholeRows,

@@ -337,7 +337,7 @@ const NORM_BATCH_DEFAULT_RANKS: [usize; 1] = [2];
 
 /// At [`NORM_BATCH_DEFAULT_RANKS`], up to this many tokens `auto`'s
 /// batched entries take one unit a thread and the one-shot LL form spreads
-/// its sends over the grid (out of place: `auto` never spreads in place);
+/// its sends over the grid (in place up to [`NORM_FEW_TOKENS_IN_PLACE`]);
 /// above it, four units a thread (`batch`) and whole rows. With few rows a
 /// row per block leaves few SMs sending; from 32 rows there are as many
 /// senders as the spread grid gives. On 2 x H200 (same session, the next
@@ -352,6 +352,16 @@ const NORM_BATCH_DEFAULT_RANKS: [usize; 1] = [2];
 /// 8192 the two are one kernel (2,048 units fill 512 threads four each).
 const NORM_FEW_TOKENS: usize = 16;
 
+/// In place (`out` = the input) the batched one-shot entry spreads behind
+/// its fence (allreduce_norm.rs `one_shot_sends`), which `auto` takes at
+/// [`NORM_BATCH_DEFAULT_RANKS`] up to this many tokens. The same calls, in
+/// place, hidden 4096 / 8192, spread and fenced against whole rows: 1
+/// token 1.64 / 1.82 us against 1.69 / 2.71, 8 tokens 1.53 / 1.88 against
+/// 1.41 / 2.16, 16 tokens 1.71 / 1.81 against 1.07 / 1.47. The fence loses
+/// 0.1 us at 8 tokens of 4096 and gains 0.3-0.9 at 1-8 of 8192; at 16 it
+/// loses at both.
+const NORM_FEW_TOKENS_IN_PLACE: usize = 8;
+
 /// The rank count at which `auto` spreads the fused norm's LL forms as
 /// `spread` does, at every token count. On 4 x H200 (2026-11-27, seventh
 /// session, bf16, graph-replayed, the same run;
@@ -365,14 +375,17 @@ const NORM_FEW_TOKENS: usize = 16;
 const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 
 /// Whether `auto` spreads the fused norm's LL forms for `tokens` rows:
-/// at [`NORM_SPREAD_DEFAULT_RANKS`], and at [`NORM_BATCH_DEFAULT_RANKS`]
-/// up to [`NORM_FEW_TOKENS`] with its own batched layout (as measured: not
-/// with `nobatch` or a `batch=N` named).
-pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize) -> bool {
+/// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place keeps whole rows:
+/// allreduce_norm.rs `one_shot_sends`), and at [`NORM_BATCH_DEFAULT_RANKS`]
+/// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`)
+/// with its own batched layout (as measured: not with `nobatch` or a
+/// `batch=N` named).
+pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
     let auto_batch = !algo.no_norm_batch && algo.norm_batch_units().is_none();
+    let few = if in_place { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
     defaulted
         && (nranks == NORM_SPREAD_DEFAULT_RANKS
-            || NORM_BATCH_DEFAULT_RANKS.contains(&nranks) && auto_batch && tokens <= NORM_FEW_TOKENS)
+            || NORM_BATCH_DEFAULT_RANKS.contains(&nranks) && auto_batch && tokens <= few)
 }
 
 /// Units a thread of the fused norm's batched entries for `tokens` rows:
@@ -438,23 +451,24 @@ mod tests {
         assert_eq!(norm_batch_units(auto, true, 2, 16), Some(1));
         assert_eq!(norm_batch_units(auto, true, 2, 17), Some(4), "four units a thread above 16 tokens");
         assert!(norm_by_stores(auto, true, 2));
-        assert!(norm_spread_by_default(auto, true, 2, 16) && !norm_spread_by_default(auto, true, 2, 17));
+        assert!(norm_spread_by_default(auto, true, 2, 16, false) && !norm_spread_by_default(auto, true, 2, 17, false));
+        assert!(norm_spread_by_default(auto, true, 2, 8, true) && !norm_spread_by_default(auto, true, 2, 9, true), "in place to 8");
         for n in [1, 3, 8] {
             assert_eq!(norm_batch_units(auto, true, n, 1), None, "{n} ranks: not measured across GPUs");
             assert!(!norm_by_stores(auto, true, n), "{n} ranks");
-            assert!(!norm_spread_by_default(auto, true, n, 1), "{n} ranks");
+            assert!(!norm_spread_by_default(auto, true, n, 1, false), "{n} ranks");
         }
         assert_eq!(norm_batch_units(auto, true, 4, 1), None);
-        assert!(norm_spread_by_default(auto, true, 4, 1) && norm_spread_by_default(auto, true, 4, 4096), "every size at 4");
+        assert!(norm_spread_by_default(auto, true, 4, 1, false) && norm_spread_by_default(auto, true, 4, 4096, false), "every size at 4");
         assert_eq!(norm_batch_units(parse("nobatch"), true, 2, 1), None);
-        assert!(!norm_spread_by_default(parse("nobatch"), true, 2, 1), "nobatch: whole rows, as before");
+        assert!(!norm_spread_by_default(parse("nobatch"), true, 2, 1, false), "nobatch: whole rows, as before");
         assert!(norm_by_stores(parse("nobatch"), true, 2), "nobatch keeps the form by stores");
         assert!(!norm_by_stores(parse("nonormwrite"), true, 2));
         assert_eq!(norm_batch_units(parse("nonormwrite"), true, 2, 1), Some(1));
         assert_eq!(norm_batch_units(parse("ll"), false, 2, 1), None, "an explicit algorithm keeps the unbatched entries");
-        assert!(!norm_by_stores(parse("ll"), false, 2) && !norm_spread_by_default(parse("ll"), false, 2, 1));
+        assert!(!norm_by_stores(parse("ll"), false, 2) && !norm_spread_by_default(parse("ll"), false, 2, 1, false));
         assert_eq!(norm_batch_units(parse("batch=4"), true, 2, 1), Some(4), "batch=N named wins");
-        assert!(!norm_spread_by_default(parse("batch=4"), true, 2, 1), "only auto's own batch spreads at 2");
+        assert!(!norm_spread_by_default(parse("batch=4"), true, 2, 1, false), "only auto's own batch spreads at 2");
         assert_eq!(norm_batch_units(parse("ll+batch=2"), false, 4, 1), Some(2));
         assert!(norm_by_stores(parse("ll+normwrite"), false, 4));
     }
