@@ -21,8 +21,9 @@
 //! a block's part of a row fits one. With `normwrite` the messages above
 //! the LL forms take one kernel by stores instead of the all-reduce and the
 //! norm kernel (allreduce_norm_write.rs). Both are `auto`'s at 2 ranks
-//! (`batch=1`; measured across GPUs: coll/defaults.rs
-//! `NORM_BATCH_DEFAULT_RANKS`), opt-in from 3 until measured there.
+//! (one unit a thread up to 16 tokens, four above; measured across GPUs:
+//! coll/defaults.rs `NORM_BATCH_DEFAULT_RANKS`), opt-in from 3 until
+//! measured there.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -341,9 +342,9 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         _ => units,
     };
     // The batched layout: with `batch=N` (or by default at 2 ranks) each
-    // form's batched entry where a block's part of a
-    // row fits one; always for the form by stores, one unit a thread
-    // unless `batch=N` says otherwise.
+    // form's batched entry where a block's part of a row fits one; always
+    // for the form by stores, one unit a thread unless `batch=N` (or the
+    // default) says otherwise.
     let per = defaults::norm_batch_units(call.algo, call.defaulted, comm.nranks, r.tokens);
     let batch_block = match form {
         Form::ByStores => batch_threads(units, per.unwrap_or(1)),
