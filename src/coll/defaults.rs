@@ -381,11 +381,14 @@ const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 /// with its own batched layout (as measured: not with `nobatch` or a
 /// `batch=N` named).
 pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
-    let auto_batch = !algo.no_norm_batch && algo.norm_batch_units().is_none();
     let few = if in_place { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
-    defaulted
-        && (nranks == NORM_SPREAD_DEFAULT_RANKS
-            || NORM_BATCH_DEFAULT_RANKS.contains(&nranks) && auto_batch && tokens <= few)
+    (defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS) || (auto_batches(algo, defaulted, nranks) && tokens <= few)
+}
+
+/// Whether `auto` picks the fused norm's batched layout itself: at
+/// [`NORM_BATCH_DEFAULT_RANKS`], no `batch=N` and no `nobatch` named.
+fn auto_batches(algo: Algo, defaulted: bool, nranks: usize) -> bool {
+    defaulted && !algo.no_norm_batch && algo.norm_batch_units().is_none() && NORM_BATCH_DEFAULT_RANKS.contains(&nranks)
 }
 
 /// Units a thread of the fused norm's batched entries for `tokens` rows:
@@ -393,10 +396,8 @@ pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize,
 /// [`NORM_BATCH_DEFAULT_RANKS`] one up to [`NORM_FEW_TOKENS`] and four
 /// above, unless `nobatch`; None: the unbatched entries.
 pub(crate) fn norm_batch_units(algo: Algo, defaulted: bool, nranks: usize, tokens: usize) -> Option<u64> {
-    algo.norm_batch_units().or_else(|| {
-        (defaulted && !algo.no_norm_batch && NORM_BATCH_DEFAULT_RANKS.contains(&nranks))
-            .then_some(if tokens <= NORM_FEW_TOKENS { 1 } else { 4 })
-    })
+    algo.norm_batch_units()
+        .or_else(|| auto_batches(algo, defaulted, nranks).then_some(if tokens <= NORM_FEW_TOKENS { 1 } else { 4 }))
 }
 
 /// Whether the fused norm takes its form by stores above the LL forms:

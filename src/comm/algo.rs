@@ -123,8 +123,9 @@ pub struct Algo {
     /// `add_norm_batch_body`): N units a thread in blocks of at most 512,
     /// every load of a thread issued before it polls, its packets polled at
     /// once. The one-shot entry nineteenth session, the two-shot and
-    /// norm-kernel entries twentieth; `auto`'s with N = 1 at 2 ranks since
-    /// the twenty-fourth (coll/defaults.rs `norm_batch_units`). A tuning:
+    /// norm-kernel entries twentieth; `auto`'s at 2 ranks since the
+    /// twenty-fourth, N = 1 up to 16 tokens and 4 above (coll/defaults.rs
+    /// `norm_batch_units`). A tuning:
     /// alone it keeps `auto`'s choices. log2(N) + 1; 0: not asked.
     pub norm_batch_log2: u8,
     /// `nobatch`: the fused norm's unbatched entries where `auto` would
@@ -137,7 +138,7 @@ pub struct Algo {
     /// all-reduce and a norm kernel after it, where the scratch holds the
     /// message and rows fit one block (16 KiB). Twenty-first session;
     /// `auto`'s at 2 ranks since the twenty-fourth (coll/defaults.rs
-    /// `norm_write_by_default`). A tuning: alone it keeps `auto`'s choices
+    /// `norm_by_stores`). A tuning: alone it keeps `auto`'s choices
     /// everywhere else.
     pub norm_write: bool,
     /// `nonormwrite`: the all-reduce and a norm kernel above the fused
