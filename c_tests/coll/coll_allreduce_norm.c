@@ -161,7 +161,8 @@ static int has_token(const char *algo, const char *want) {
  * Algo::is_auto: only "auto", "grid=N" and the tunings below. */
 static int auto_choice(const char *algo) {
   static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",       "nopdl",
-                                          "lightsync", "fullsync", "serial",   "nobatch",  "normwrite", "nonormwrite"};
+                                          "lightsync", "fullsync", "serial",   "nobatch",  "normwrite", "nonormwrite",
+                                          "loopback"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {
@@ -467,7 +468,7 @@ static void body(struct tw *w, void *ctx) {
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
    * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `nopdl`, `fullsync`, `grid=N`,
-   * `batch[=N]` tune kernels and keep auto's). */
+   * `batch[=N]`, `loopback` tune kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;
   int by_default = auto_choice(algo) && w->nranks == 4 && !(check && atoi(check));

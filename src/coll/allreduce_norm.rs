@@ -70,6 +70,10 @@ enum OneShotSends {
     /// batched entry's own fence), where no block writes its rows before
     /// every block has sent.
     SpreadFenced,
+    /// Spread, in place, on the batched entry with `loopback`: this
+    /// rank's units go to its own slot as packets too, and a row is
+    /// written once they are back (SYMM_NORM_LOOPBACK), no fence.
+    SpreadOwnPackets,
 }
 
 /// The one-shot LL form's sends: spread as `spread` says, but in place
@@ -85,13 +89,15 @@ enum OneShotSends {
 /// peer-owned row only after the owner's sums came back, which needed
 /// this rank's sends of that row, and never sends its own rows.
 /// The batched entry (`batch`) fences in place wherever it spreads, asked
-/// or not (`fenced`): its fence is a wait that hides behind the peers'
-/// packets (kernels/allreduce_norm.cu SYMM_NORM_FENCE).
-fn one_shot_sends(spread: bool, asked: bool, in_place: bool, fenced: bool) -> OneShotSends {
+/// or not (`batched`): its fence is a wait that hides behind the peers'
+/// packets (kernels/allreduce_norm.cu SYMM_NORM_FENCE); with `loopback`
+/// it takes its own packets back instead.
+fn one_shot_sends(spread: bool, asked: bool, in_place: bool, batched: bool, loopback: bool) -> OneShotSends {
     match (spread, in_place) {
         (false, _) => OneShotSends::WholeRows,
         (true, false) => OneShotSends::Spread,
-        (true, true) if asked || fenced => OneShotSends::SpreadFenced,
+        (true, true) if batched && loopback => OneShotSends::SpreadOwnPackets,
+        (true, true) if asked || batched => OneShotSends::SpreadFenced,
         (true, true) => OneShotSends::WholeRows,
     }
 }
@@ -204,6 +210,9 @@ const NORM_BATCH_UNITS: u64 = 4;
 /// kernels/allreduce_norm.cu's SYMM_NORM_FENCE (NormArgs::flags): the
 /// batched entry spreads in place behind its fence.
 const NORM_BATCH_FENCE: u32 = 4;
+/// kernels/allreduce_norm.cu's SYMM_NORM_LOOPBACK (NormArgs::flags): the
+/// batched entry spreads in place taking its own packets back.
+const NORM_BATCH_LOOPBACK: u32 = 8;
 
 /// The batched entry's block for rows of `units` units, `per` units a
 /// thread (`batch=N`) where that keeps the block within
@@ -351,7 +360,9 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         _ => per.and_then(|per| batch_threads(block_units, per)),
     };
     let sends = match form {
-        Form::OneShotLl => one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some()),
+        Form::OneShotLl => {
+            one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some(), call.algo.norm_loopback)
+        }
         _ => OneShotSends::WholeRows,
     };
     let spread_sends = sends != OneShotSends::WholeRows;
@@ -367,7 +378,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         quant,
         flags: if spread_sends { NORM_SPREAD } else { 0 }
             | if call.algo.prefetch { NORM_PREFETCH } else { 0 }
-            | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 },
+            | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 }
+            | if sends == OneShotSends::SpreadOwnPackets { NORM_BATCH_LOOPBACK } else { 0 },
     };
     n.coll.recv = r.out as u64;
     if form == Form::TwoKernel && comm.nranks > 1 {
@@ -538,15 +550,22 @@ mod tests {
     fn the_one_shot_form_spreads_in_place_only_when_asked_and_then_fences() {
         use OneShotSends::*;
         for batch in [false, true] {
-            assert_eq!(one_shot_sends(true, false, false, batch), Spread, "auto's spread out of place");
-            assert_eq!(one_shot_sends(true, true, false, batch), Spread);
-            assert_eq!(one_shot_sends(true, true, true, batch), SpreadFenced, "asked in place: behind a fence");
-            assert_eq!(one_shot_sends(false, false, true, batch), WholeRows);
-            assert_eq!(one_shot_sends(false, true, true, batch), WholeRows);
-            assert_eq!(one_shot_sends(false, false, false, batch), WholeRows);
+            for lb in [false, true] {
+                assert_eq!(one_shot_sends(true, false, false, batch, lb), Spread, "auto's spread out of place");
+                assert_eq!(one_shot_sends(true, true, false, batch, lb), Spread, "own packets only in place");
+                assert_eq!(one_shot_sends(false, false, true, batch, lb), WholeRows);
+                assert_eq!(one_shot_sends(false, true, true, batch, lb), WholeRows);
+                assert_eq!(one_shot_sends(false, false, false, batch, lb), WholeRows);
+            }
+            assert_eq!(one_shot_sends(true, true, true, batch, false), SpreadFenced, "asked in place: behind a fence");
         }
-        assert_eq!(one_shot_sends(true, false, true, false), WholeRows, "auto in place: a row's sends and writes stay in one block");
-        assert_eq!(one_shot_sends(true, false, true, true), SpreadFenced, "batched: auto's spread in place too, behind its fence");
+        assert_eq!(one_shot_sends(true, false, true, false, false), WholeRows, "auto in place: a row's sends and writes stay in one block");
+        assert_eq!(one_shot_sends(true, false, true, true, false), SpreadFenced, "batched: auto's spread in place too, behind its fence");
+        assert_eq!(one_shot_sends(true, true, true, false, true), SpreadFenced, "unbatched: loopback is the batched entry's");
+        assert_eq!(one_shot_sends(true, false, true, false, true), WholeRows);
+        for asked in [false, true] {
+            assert_eq!(one_shot_sends(true, asked, true, true, true), SpreadOwnPackets, "batched with loopback: no fence");
+        }
     }
 
     #[test]

@@ -359,7 +359,8 @@ const NORM_FEW_TOKENS: usize = 16;
 /// token 1.64 / 1.82 us against 1.69 / 2.71, 8 tokens 1.53 / 1.88 against
 /// 1.41 / 2.16, 16 tokens 1.71 / 1.81 against 1.07 / 1.47. The fence loses
 /// 0.1 us at 8 tokens of 4096 and gains 0.3-0.9 at 1-8 of 8192; at 16 it
-/// loses at both.
+/// loses at both. With `loopback` (no fence) in place spreads as out of
+/// place does, up to [`NORM_FEW_TOKENS`].
 const NORM_FEW_TOKENS_IN_PLACE: usize = 8;
 
 /// The rank count at which `auto` spreads the fused norm's LL forms as
@@ -377,11 +378,11 @@ const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 /// Whether `auto` spreads the fused norm's LL forms for `tokens` rows:
 /// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place keeps whole rows:
 /// allreduce_norm.rs `one_shot_sends`), and at [`NORM_BATCH_DEFAULT_RANKS`]
-/// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`)
-/// with its own batched layout (as measured: not with `nobatch` or a
+/// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
+/// behind the fence, without `loopback`) with its own batched layout (as measured: not with `nobatch` or a
 /// `batch=N` named).
 pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
-    let few = if in_place { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
+    let few = if in_place && !algo.norm_loopback { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
     (defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS) || (auto_batches(algo, defaulted, nranks) && tokens <= few)
 }
 
@@ -454,6 +455,9 @@ mod tests {
         assert!(norm_by_stores(auto, true, 2));
         assert!(norm_spread_by_default(auto, true, 2, 16, false) && !norm_spread_by_default(auto, true, 2, 17, false));
         assert!(norm_spread_by_default(auto, true, 2, 8, true) && !norm_spread_by_default(auto, true, 2, 9, true), "in place to 8");
+        let lb = parse("loopback");
+        assert!(norm_spread_by_default(lb, true, 2, 16, true) && !norm_spread_by_default(lb, true, 2, 17, true), "loopback: in place to 16");
+        assert_eq!(norm_batch_units(lb, true, 2, 16), Some(1), "loopback keeps auto's layout");
         for n in [1, 3, 8] {
             assert_eq!(norm_batch_units(auto, true, n, 1), None, "{n} ranks: not measured across GPUs");
             assert!(!norm_by_stores(auto, true, n), "{n} ranks");

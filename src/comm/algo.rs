@@ -145,6 +145,13 @@ pub struct Algo {
     /// norm's LL forms where `auto` would take the form by stores (2
     /// ranks), for A/B measurements. A tuning.
     pub no_norm_write: bool,
+    /// `loopback`: where the fused norm's batched one-shot entry spreads
+    /// its sends in place, each sender also puts its units as packets into
+    /// this rank's own slot, and a row is written once those are back,
+    /// instead of behind the grid-wide fence (kernels/allreduce_norm.cu
+    /// SYMM_NORM_LOOPBACK). Twenty-fifth session, opt-in until measured
+    /// across GPUs. A tuning.
+    pub norm_loopback: bool,
 }
 
 impl Algo {
@@ -169,12 +176,13 @@ impl Algo {
             no_norm_batch: false,
             norm_write: false,
             no_norm_write: false,
+            norm_loopback: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
-    /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite`
-    /// aside: they tune kernels,
+    /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite` /
+    /// `loopback` aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -184,7 +192,8 @@ impl Algo {
         let choice = Algo { grid_log2: t.grid_log2, spread: t.spread, no_spread: t.no_spread, prefetch: t.prefetch,
                             pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
                             norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
-                            norm_write: t.norm_write, no_norm_write: t.no_norm_write, ..self };
+                            norm_write: t.norm_write, no_norm_write: t.no_norm_write,
+                            norm_loopback: t.norm_loopback, ..self };
         choice == Algo::AUTO
     }
 
@@ -226,6 +235,7 @@ impl Algo {
                 "nonormwrite" | "no_norm_write" | "no-norm-write" => a.no_norm_write = true,
                 "batch" => a.norm_batch_log2 = 3,
                 "nobatch" | "no_batch" | "no-batch" => a.no_norm_batch = true,
+                "loopback" => a.norm_loopback = true,
                 t if t.starts_with("batch=") => {
                     a.norm_batch_log2 = match &t[6..] {
                         "1" => 1,
@@ -250,7 +260,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, joined with '+')"
                     ))
                 }
             }
@@ -263,6 +273,9 @@ impl Algo {
         }
         if a.norm_batch_log2 != 0 && a.no_norm_batch {
             return Err(format!("\"{s}\" names both batch and nobatch"));
+        }
+        if a.norm_loopback && a.no_norm_batch {
+            return Err(format!("\"{s}\" names both loopback and nobatch (loopback is the batched entry's)"));
         }
         if a.norm_write && a.no_norm_write {
             return Err(format!("\"{s}\" names both normwrite and nonormwrite"));
@@ -299,7 +312,7 @@ impl Algo {
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
-        // nonormwrite 50.
+        // nonormwrite 50, loopback 51.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -316,6 +329,7 @@ impl Algo {
             | (self.norm_write as u64) << 48
             | (self.no_norm_batch as u64) << 49
             | (self.no_norm_write as u64) << 50
+            | (self.norm_loopback as u64) << 51
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -343,6 +357,7 @@ impl Algo {
             norm_write: wide >> 48 & 1 != 0,
             no_norm_batch: wide >> 49 & 1 != 0,
             no_norm_write: wide >> 50 & 1 != 0,
+            norm_loopback: wide >> 51 & 1 != 0,
         }
     }
 }
@@ -376,6 +391,7 @@ impl std::fmt::Display for Algo {
             (self.no_norm_batch, "nobatch"),
             (self.norm_write, "normwrite"),
             (self.no_norm_write, "nonormwrite"),
+            (self.norm_loopback, "loopback"),
         ] {
             if on {
                 parts.push(name);
@@ -671,6 +687,12 @@ mod tests {
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bits 49-50 clear of the rest");
         assert!(Algo::parse("batch=1+nobatch").unwrap_err().contains("both"));
         assert!(Algo::parse("normwrite+No-Norm-Write").unwrap_err().contains("both"));
+        let lb = Algo::parse("loopback+batch=1+spread").unwrap();
+        assert!(lb.norm_loopback && lb.is_auto() && !Algo::AUTO.norm_loopback, "loopback alone keeps auto's choices");
+        assert_eq!((Algo::from_bits(lb.to_bits()), lb.to_string().as_str()), (lb, "auto+spread+batch=1+loopback"));
+        let a = Algo::parse(&format!("loopback+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 51 clear of the rest");
+        assert!(Algo::parse("loopback+nobatch").unwrap_err().contains("both"));
     }
 
     #[test]
