@@ -42,8 +42,8 @@
 // the LL packets, never the input. The one-shot form spread in place is
 // the exception (a row's units are sent by other blocks than the one that
 // writes it): its fenced entry holds every block's writes until all
-// blocks have sent (the batched entry: its own fence, or with
-// SYMM_NORM_LOOPBACK until the row's own packets are back).
+// blocks have sent (the batched entry: its own fence, or its entry with
+// OWN until the row's own packets are back).
 #include "norm.cuh"
 #include "pipe.cuh"  // SYMM_FOR_EACH_OPT_IN_TYPE: fp16, fp32, bf16
 
@@ -244,8 +244,9 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
 // flags: the batched entry spreads in place behind its fence (a bit of
 // this family's own: abi.cuh's flags keep bits 0-1 and 8-15).
 #define SYMM_NORM_FENCE 4u
-// flags (SYMM_ALGO token `loopback`, opt-in): the batched entry spreads in
-// place without the fence. Each sender also puts its units as packets
+// OWN (SYMM_ALGO token `loopback`, opt-in; its own entry,
+// symm_allreduce_norm_ll_batch_own_*, so that the batched entry's code
+// stays as it was): the batched entry spread in place without the fence. Each sender also puts its units as packets
 // into this rank's own slot (source = this rank), and a row's block takes
 // this rank's units from those packets instead of the input: once they
 // have all come, every block that sends the row has read its input units
@@ -257,7 +258,6 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
 // place at 2 ranks across GPUs the fence cost 0.5 us over the same
 // kernel out of place (twenty-fourth session); prediction: with the own
 // packets in place costs what out of place does, within 0.1 us.
-#define SYMM_NORM_LOOPBACK 8u
 
 // Packets `at(k)` for the k in `pending` into v[k] (peer `peer` sends
 // them): all are asked for at once, then those not yet carrying the flag
@@ -306,17 +306,15 @@ __device__ __forceinline__ bool norm_batch_poll(const SymmCollArgs& a, const LLS
 // The part's sums into x, every rank's units in rank order (so every rank
 // gets the same bits): this rank's from `mine`, a peer's from its packets
 // (the part's first unit at packet `at` of this rank's slot for it), each
-// peer's polled together; with `own_packets` this rank's too, from the
-// packets it put into its own slot (SYMM_NORM_LOOPBACK; `mine` unused).
-// False in a thread that gave up (or started with `ok` false: it waits for
-// nothing more; zeros stand in).
+// peer's polled together. False in a thread that gave up (or started with
+// `ok` false: it waits for nothing more; zeros stand in).
 template <typename T>
 __device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const LLState& s, const NormPart& p, uint64_t at,
-                                                  bool ok, bool own_packets, const uint2 (&mine)[SYMM_NORM_BATCH_UNITS],
+                                                  bool ok, const uint2 (&mine)[SYMM_NORM_BATCH_UNITS],
                                                   float (&x)[SYMM_NORM_BATCH_UNITS][8 / sizeof(T)]) {
   for (uint32_t r = 0; r < a.nranks; ++r) {
     uint2 v[SYMM_NORM_BATCH_UNITS];
-    if (r == a.rank && !own_packets) {
+    if (r == a.rank) {
 #pragma unroll
       for (uint32_t k = 0; k < SYMM_NORM_BATCH_UNITS; ++k) v[k] = mine[k];
     } else if (ok) {
@@ -330,21 +328,19 @@ __device__ __forceinline__ bool norm_batch_gather(const SymmCollArgs& a, const L
   return ok;
 }
 
-template <typename T, int Q>
+template <typename T, int Q, bool OWN = false>
 __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
   const SymmCollArgs& a = n.coll;
   constexpr uint32_t E = 8 / sizeof(T);
   const LLState s = ll_begin(a);
   const uint64_t upr = (uint64_t)n.hidden * sizeof(T) / 8;  // units per row
-  // The sends first, as allreduce_norm_ll_body does them (and why); with
-  // the own packets (k = nranks: this rank's own slot) spread only.
-  const bool fenced = (n.flags & SYMM_NORM_SPREAD) && (n.flags & SYMM_NORM_FENCE);
-  const bool own_packets = (n.flags & SYMM_NORM_SPREAD) && (n.flags & SYMM_NORM_LOOPBACK);
-  const uint32_t puts = a.nranks - 1 + own_packets;
   auto send = [&](uint64_t u) {
     const uint2 v = *reinterpret_cast<const uint2*>(a.send + u * 8);
-    for (uint32_t k = 1; k <= puts; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+    for (uint32_t k = 1; k < a.nranks; ++k) ll_put(ll_slot(a, (a.rank + k) % a.nranks, s.parity, a.rank) + u, v, s.flag);
+    if constexpr (OWN) ll_put(ll_slot(a, a.rank, s.parity, a.rank) + u, v, s.flag);  // this rank's own slot too
   };
+  // The sends first, as allreduce_norm_ll_body does them (and why).
+  const bool fenced = (n.flags & SYMM_NORM_SPREAD) && (n.flags & SYMM_NORM_FENCE);
   if (n.flags & SYMM_NORM_SPREAD) {
     uint32_t lo, hi;
     norm_spread_share(n.rows * upr, &lo, &hi);
@@ -360,15 +356,21 @@ __device__ void allreduce_norm_ll_batch_body(const SymmNormArgs& n) {
     // This rank's units, the residual's and the weight's, asked for
     // together before the first poll. In place, this thread reads its
     // input units here and writes them below; no other thread writes them
-    // and the peers have them as packets.
+    // and the peers have them as packets. (OWN: not the input, below.)
     uint2 mine[SYMM_NORM_BATCH_UNITS], res[SYMM_NORM_BATCH_UNITS], w[SYMM_NORM_BATCH_UNITS];
-    if (own_packets) norm_batch_load(n, p, nullptr, res, w);  // two calls: a chosen pointer would put mine on the stack
+    if constexpr (OWN) norm_batch_load(n, p, nullptr, res, w);
     else norm_batch_load(n, p, mine, res, w);
     // Fenced, before the polls: the grid's sends are under way already and
     // the peers' packets come later, so this wait costs little.
     if (fenced && row == blockIdx.x && threadIdx.x == 0) ok = norm_wait_all_sent(a);
+    // OWN: this rank's units from its own packets, before the peers'
+    // packets: local stores, they come first, so the wait hides behind the
+    // peers'. (In rank order they would be polled after a lower rank's
+    // packets had come: one more round trip to L2 on the critical path.)
+    // ok is true here: a failed row ends the loop.
+    if constexpr (OWN) ok = norm_batch_poll(a, s, p, a.rank, row * upr, mine);
     float x[SYMM_NORM_BATCH_UNITS][E];
-    ok = norm_batch_gather<T>(a, s, p, row * upr, ok, own_packets, mine, x);
+    ok = norm_batch_gather<T>(a, s, p, row * upr, ok, mine, x);
     // A thread that gave up stops the whole block before anything is
     // written from what it did not receive.
     if (__syncthreads_or(!ok)) {
@@ -587,7 +589,7 @@ __device__ void allreduce_norm_ll2_batch_body(const SymmNormArgs& n) {
     uint2 mine[U], res[U], wt[U];
     norm_batch_load(n, p, mine, res, wt);
     float x[U][E];
-    ok = norm_batch_gather<T>(a, s, p, (row - mine0) * upr, ok, false, mine, x);
+    ok = norm_batch_gather<T>(a, s, p, (row - mine0) * upr, ok, mine, x);
     if (__syncthreads_or(!ok)) {
       ok = false;
       break;
@@ -722,8 +724,8 @@ __device__ void add_norm_batch_body(const SymmNormArgs& n) {
   }
 }
 
-// The fenced one-shot entry serves outputs of the input's type only: the
-// only ones that may alias the input.
+// The fenced one-shot entry and the batched one with its own packets serve
+// outputs of the input's type only: the only ones that may alias the input.
 #define SYMM_NORM_KERNELS(family, suffix, T)                                                                  \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_body, T)                                                          \
@@ -735,6 +737,10 @@ __device__ void add_norm_batch_body(const SymmNormArgs& n) {
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_BATCH_THREADS)                                                  \
       symm_allreduce_norm_ll_batch_##suffix(SymmNormArgs n) {                                                  \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll_batch_body, T)                                                    \
+  }                                                                                                            \
+  SYMM_KERNEL void __launch_bounds__(SYMM_NORM_BATCH_THREADS)                                                  \
+      symm_allreduce_norm_ll_batch_own_##suffix(SymmNormArgs n) {                                              \
+    allreduce_norm_ll_batch_body<T, SYMM_NORM_SAME_TYPE, true>(n);                                             \
   }                                                                                                            \
   SYMM_KERNEL void __launch_bounds__(SYMM_NORM_MAX_THREADS) symm_allreduce_norm_ll2_##suffix(SymmNormArgs n) { \
     SYMM_NORM_QUANT_SWITCH(allreduce_norm_ll2_body, T)                                                          \

@@ -72,7 +72,8 @@ enum OneShotSends {
     SpreadFenced,
     /// Spread, in place, on the batched entry with `loopback`: this
     /// rank's units go to its own slot as packets too, and a row is
-    /// written once they are back (SYMM_NORM_LOOPBACK), no fence.
+    /// written once they are back (kernels/allreduce_norm.cu OWN, the
+    /// entry `ll_batch_own`), no fence.
     SpreadOwnPackets,
 }
 
@@ -128,12 +129,14 @@ pub struct NormRequest {
 }
 
 /// The kernels of the three forms, for one element type (and the one-shot
-/// form's fenced entry, `OneShotSends::SpreadFenced`; and with `batch` the
-/// batched entry of each form).
+/// form's fenced entry, `OneShotSends::SpreadFenced`; with `batch` the
+/// batched entry of each form, and the one-shot form's with its own
+/// packets, `OneShotSends::SpreadOwnPackets`).
 struct Kernels {
     ll: &'static CStr,
     ll_fenced: &'static CStr,
     ll_batch: &'static CStr,
+    ll_batch_own: &'static CStr,
     ll_two_shot: &'static CStr,
     ll_two_shot_batch: &'static CStr,
     add_norm: &'static CStr,
@@ -151,6 +154,7 @@ fn kernels(dtype: symmDataType_t) -> Option<Kernels> {
                 ll: const { cstr(concat!("symm_allreduce_norm_ll_", $t, "\0")) },
                 ll_fenced: const { cstr(concat!("symm_allreduce_norm_ll_fenced_", $t, "\0")) },
                 ll_batch: const { cstr(concat!("symm_allreduce_norm_ll_batch_", $t, "\0")) },
+                ll_batch_own: const { cstr(concat!("symm_allreduce_norm_ll_batch_own_", $t, "\0")) },
                 ll_two_shot: const { cstr(concat!("symm_allreduce_norm_ll2_", $t, "\0")) },
                 ll_two_shot_batch: const { cstr(concat!("symm_allreduce_norm_ll2_batch_", $t, "\0")) },
                 add_norm: const { cstr(concat!("symm_add_norm_", $t, "\0")) },
@@ -210,9 +214,6 @@ const NORM_BATCH_UNITS: u64 = 4;
 /// kernels/allreduce_norm.cu's SYMM_NORM_FENCE (NormArgs::flags): the
 /// batched entry spreads in place behind its fence.
 const NORM_BATCH_FENCE: u32 = 4;
-/// kernels/allreduce_norm.cu's SYMM_NORM_LOOPBACK (NormArgs::flags): the
-/// batched entry spreads in place taking its own packets back.
-const NORM_BATCH_LOOPBACK: u32 = 8;
 
 /// The batched entry's block for rows of `units` units, `per` units a
 /// thread (`batch=N`) where that keeps the block within
@@ -378,8 +379,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         quant,
         flags: if spread_sends { NORM_SPREAD } else { 0 }
             | if call.algo.prefetch { NORM_PREFETCH } else { 0 }
-            | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 }
-            | if sends == OneShotSends::SpreadOwnPackets { NORM_BATCH_LOOPBACK } else { 0 },
+            | if batch_block.is_some() && sends == OneShotSends::SpreadFenced { NORM_BATCH_FENCE } else { 0 },
     };
     n.coll.recv = r.out as u64;
     if form == Form::TwoKernel && comm.nranks > 1 {
@@ -407,6 +407,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     };
     let batched = batch_block.is_some();
     let kernel = match form {
+        Form::OneShotLl if batched && sends == OneShotSends::SpreadOwnPackets => k.ll_batch_own,
         Form::OneShotLl if batched => k.ll_batch,
         Form::OneShotLl if sends == OneShotSends::SpreadFenced => k.ll_fenced,
         Form::OneShotLl => k.ll,
