@@ -407,7 +407,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     };
     let batched = batch_block.is_some();
     let kernel = match form {
-        Form::OneShotLl if batched && sends == OneShotSends::SpreadOwnPackets => k.ll_batch_own,
+        Form::OneShotLl if sends == OneShotSends::SpreadOwnPackets => k.ll_batch_own, // batched only
         Form::OneShotLl if batched => k.ll_batch,
         Form::OneShotLl if sends == OneShotSends::SpreadFenced => k.ll_fenced,
         Form::OneShotLl => k.ll,

@@ -379,8 +379,8 @@ const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 /// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place keeps whole rows:
 /// allreduce_norm.rs `one_shot_sends`), and at [`NORM_BATCH_DEFAULT_RANKS`]
 /// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
-/// behind the fence, without `loopback`) with its own batched layout (as measured: not with `nobatch` or a
-/// `batch=N` named).
+/// behind the fence, without `loopback`) with its own batched layout (as
+/// measured: not with `nobatch` or a `batch=N` named).
 pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
     let few = if in_place && !algo.norm_loopback { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
     (defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS) || (auto_batches(algo, defaulted, nranks) && tokens <= few)

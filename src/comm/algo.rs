@@ -149,8 +149,8 @@ pub struct Algo {
     /// its sends in place, each sender also puts its units as packets into
     /// this rank's own slot, and a row is written once those are back,
     /// instead of behind the grid-wide fence (kernels/allreduce_norm.cu
-    /// OWN, the entry `symm_allreduce_norm_ll_batch_own_*`). Twenty-fifth session, opt-in until measured
-    /// across GPUs. A tuning.
+    /// OWN, the entry `symm_allreduce_norm_ll_batch_own_*`). Twenty-fifth
+    /// session, opt-in until measured across GPUs. A tuning.
     pub norm_loopback: bool,
 }
 
