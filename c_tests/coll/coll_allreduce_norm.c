@@ -162,7 +162,7 @@ static int has_token(const char *algo, const char *want) {
 static int auto_choice(const char *algo) {
   static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",       "nopdl",
                                           "lightsync", "fullsync", "serial",   "nobatch",  "normwrite", "nonormwrite",
-                                          "loopback"};
+                                          "loopback", "noloopback"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {
@@ -173,16 +173,24 @@ static int auto_choice(const char *algo) {
   return 1;
 }
 
-/* One case on every rank; graph: capture the call and replay it twice. */
+/* One case on every rank; graph: capture the call and replay it twice (in
+ * place, after copies in the graph that put the input and the residual
+ * back, so each replay computes the same outputs: the copies also end in
+ * the buffers the call then overwrites, as a caller's own kernel would). */
 static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw_class cls, enum alias al, int graph) {
   const int es = cw_dt[dt].size, n = w->nranks, di = dt_index(dt);
   const size_t elems = tokens * hidden, bytes = elems * es;
-  struct cw_buf IN, RES, WT, OUT, ROUT;
+  struct cw_buf IN, RES, WT, OUT, ROUT, KEEP_IN, KEEP_RES;
+  const int restore = graph && al == IN_PLACE;
   cw_buf_alloc(w, &IN, cls, bytes);
   cw_buf_alloc(w, &RES, CW_STAGED, bytes);
   cw_buf_alloc(w, &WT, CW_STAGED, hidden * es);
   cw_buf_alloc(w, &OUT, CW_STAGED, bytes);
   cw_buf_alloc(w, &ROUT, CW_STAGED, bytes);
+  if (restore) {
+    cw_buf_alloc(w, &KEEP_IN, CW_STAGED, bytes);
+    cw_buf_alloc(w, &KEEP_RES, CW_STAGED, bytes);
+  }
   uint8_t *host = malloc(bytes);
   REQUIRE(host != NULL, "out of host memory");
   tw_phase("%s %zu x %zu, %s input, %s%s", cw_dt[dt].name, tokens, hidden, cw_class_name[cls],
@@ -193,6 +201,10 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
     upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     CU_REQUIRE(cw_cu.cuMemsetD8Async(OUT.p[i], 0xA5, bytes, r->stream));
     CU_REQUIRE(cw_cu.cuMemsetD8Async(ROUT.p[i], 0xA5, bytes, r->stream));
+    if (restore) {
+      CU_REQUIRE(cw_cu.cuMemcpyDtoDAsync(KEEP_IN.p[i], IN.p[i], bytes, r->stream));
+      CU_REQUIRE(cw_cu.cuMemcpyDtoDAsync(KEEP_RES.p[i], RES.p[i], bytes, r->stream));
+    }
     tw_stream_wait(r, 60, "poisoning the outputs");
     /* The copies above came from pageable memory: their DMA may land after
      * they return, and the call runs on a non-blocking stream. */
@@ -205,6 +217,10 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
     struct tw_rank *r = &w->r[i];
     tw_use(r);
     if (graph) TW_CU(tu_cu.cuStreamBeginCapture(r->stream, TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    if (restore) {
+      TW_CU(cw_cu.cuMemcpyDtoDAsync(IN.p[i], KEEP_IN.p[i], bytes, r->stream));
+      TW_CU(cw_cu.cuMemcpyDtoDAsync(RES.p[i], KEEP_RES.p[i], bytes, r->stream));
+    }
     void *in = (void *)(uintptr_t)IN.p[i], *res = (void *)(uintptr_t)RES.p[i];
     void *out = al == IN_PLACE ? in : (void *)(uintptr_t)OUT.p[i];
     void *rout = al == IN_PLACE ? res : (void *)(uintptr_t)ROUT.p[i];
@@ -242,6 +258,10 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
   cw_buf_free(w, &WT);
   cw_buf_free(w, &OUT);
   cw_buf_free(w, &ROUT);
+  if (restore) {
+    cw_buf_free(w, &KEEP_IN);
+    cw_buf_free(w, &KEEP_RES);
+  }
 }
 
 /* symmAllReduceAddRMSNormFp8: out in e4m3, divided by a given per-tensor
@@ -455,6 +475,9 @@ static void body(struct tw *w, void *ctx) {
       run_case(w, dt, shapes[s][0], hidden, CW_STAGED, SEPARATE, 0);
       run_case(w, dt, shapes[s][0], hidden, CW_SYMMETRIC, IN_PLACE, 0);
     }
+    /* In place in a graph: at 2 ranks by default the own packets, their
+     * flags advanced by the kernel from replay to replay. */
+    run_case(w, dt, 4, 4096, CW_SYMMETRIC, IN_PLACE, 1);
     run_case(w, dt, 2, dt == symmFloat32 ? 16384 : 32768, CW_STAGED, SEPARATE, 0);
     run_case(w, dt, 5, 4096, CW_SYMMETRIC, SEPARATE, 1);
     run_case(w, dt, 400, 2048, CW_STAGED, SEPARATE, 1);
@@ -468,7 +491,7 @@ static void body(struct tw *w, void *ctx) {
   /* The two-shot form runs with SYMM_ALGO=ll from 3 ranks, and by default
    * at 4 (src/coll/mod.rs LL_TWO_SHOT_DEFAULT_RANKS) without
    * SYMM_CHECK (`spread`, `nospread`, `prefetch`, `nopdl`, `fullsync`, `grid=N`,
-   * `batch[=N]`, `loopback` tune kernels and keep auto's). */
+   * `batch[=N]`, `loopback`, `noloopback` tune kernels and keep auto's). */
   const char *algo = getenv("SYMM_ALGO"), *check = getenv("SYMM_CHECK");
   int forced_ll = has_token(algo, "ll") && w->nranks >= 3;
   int by_default = auto_choice(algo) && w->nranks == 4 && !(check && atoi(check));

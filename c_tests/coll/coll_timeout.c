@@ -30,6 +30,12 @@
  *                  form SYMM_ALGO selects (one-shot, spread, batched;
  *                  batched and spread by default at 2 ranks) polls packets
  *                  that never come;
+ *   allreduce_norm_in_place
+ *                  the same in place (out = input, residualOut =
+ *                  residual): by default at 2 ranks the batched entry
+ *                  taking this rank's own packets back (they come) before
+ *                  its peers' (they do not), with SYMM_ALGO=batch at 4
+ *                  ranks the batched entry behind its fence;
  *   allreduce_norm_wide
  *                  the same, 128 tokens (1 MiB): the one-shot LL form at 2
  *                  ranks (batched by default), the two-shot LL form at 4
@@ -54,10 +60,14 @@
 
 static double timeout_s;
 
-enum { K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, K_NORM, K_NORM_WIDE, NCASES };
+enum {
+  K_AR, K_RS, K_SEND, K_RECV, K_RECV_SMALL, K_A2A, K_A2AV_DEV, K_A2AV_2D, K_NORM, K_NORM_IN_PLACE, K_NORM_WIDE, NCASES
+};
 static const char *const case_name[NCASES] = {"allreduce",        "reducescatter", "send",           "recv",
                                               "recv_small",       "alltoall",      "alltoallv_device", "alltoallv_2d",
-                                              "allreduce_norm",   "allreduce_norm_wide"};
+                                              "allreduce_norm",   "allreduce_norm_in_place", "allreduce_norm_wide"};
+/* rank 0 flags each case done in its own tw flag. */
+_Static_assert(NCASES <= TW_FLAGS, "a tw flag a case");
 
 /* The device-count all-to-all-vs' counts: `splits` rows for each of
  * `entries` blocks, written to device memory at `at`; `out` (2 x entries
@@ -112,13 +122,16 @@ static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, voi
       break;
     }
     case K_NORM:
+    case K_NORM_IN_PLACE:
     case K_NORM_WIDE: {
       /* Input and out in `a`, residual and residualOut in `b`, the weight
-       * after them (their contents do not matter: nothing is written). */
-      const size_t tokens = k == K_NORM ? 4 : 128, hidden = 4096, rows = tokens * hidden * 2;
+       * after them (their contents do not matter: nothing is written);
+       * in place out is the input and residualOut the residual. */
+      const size_t tokens = k == K_NORM_WIDE ? 128 : 4, hidden = 4096, rows = tokens * hidden * 2;
+      const size_t apart = k == K_NORM_IN_PLACE ? 0 : rows;
       char *in = (char *)(uintptr_t)a, *res = (char *)(uintptr_t)b;
-      TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, res + 2 * rows, in + rows, res + rows, tokens, hidden, 1e-5f,
-                                                 symmBfloat16, r->comm, r->stream));
+      TW_SYMM_REQUIRE(r, symmAllReduceAddRMSNorm(in, res, res + 2 * rows, in + apart, res + apart, tokens, hidden,
+                                                 1e-5f, symmBfloat16, r->comm, r->stream));
       break;
     }
     default: {

@@ -29,6 +29,7 @@ static void load_extra_api(void) {
       {"cuMemsetD32Async", &cw_cu.cuMemsetD32Async},
       {"cuMemcpyHtoDAsync_v2", &cw_cu.cuMemcpyHtoDAsync},
       {"cuMemcpyDtoHAsync_v2", &cw_cu.cuMemcpyDtoHAsync},
+      {"cuMemcpyDtoDAsync_v2", &cw_cu.cuMemcpyDtoDAsync},
       {"cuMemAllocHost_v2", &cw_cu.cuMemAllocHost},
       {"cuMemFreeHost", &cw_cu.cuMemFreeHost},
       {"cuEventCreate", &cw_cu.cuEventCreate},

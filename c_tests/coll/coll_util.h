@@ -33,6 +33,7 @@ struct cw_cuda_api {
   CUresult (*cuMemsetD32Async)(CUdeviceptr dst, unsigned int value, size_t n, CUstream s);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s); /* _v2 */
   CUresult (*cuMemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);       /* _v2 */
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s); /* _v2 */
   CUresult (*cuMemAllocHost)(void **p, size_t bytes);                                        /* _v2 */
   CUresult (*cuMemFreeHost)(void *p);
   CUresult (*cuEventCreate)(CUevent *ev, unsigned int flags);

@@ -70,10 +70,11 @@ enum OneShotSends {
     /// batched entry's own fence), where no block writes its rows before
     /// every block has sent.
     SpreadFenced,
-    /// Spread, in place, on the batched entry with `loopback`: this
-    /// rank's units go to its own slot as packets too, and a row is
-    /// written once they are back (kernels/allreduce_norm.cu OWN, the
-    /// entry `ll_batch_own`), no fence.
+    /// Spread, in place, on the batched entry with its own packets
+    /// (defaults.rs `norm_loopback`: `auto`'s at 2 ranks, `loopback`
+    /// elsewhere): this rank's units go to its own slot as packets too,
+    /// and a row is written once they are back (kernels/allreduce_norm.cu
+    /// OWN, the entry `ll_batch_own`), no fence.
     SpreadOwnPackets,
 }
 
@@ -91,8 +92,9 @@ enum OneShotSends {
 /// this rank's sends of that row, and never sends its own rows.
 /// The batched entry (`batch`) fences in place wherever it spreads, asked
 /// or not (`batched`): its fence is a wait that hides behind the peers'
-/// packets (kernels/allreduce_norm.cu SYMM_NORM_FENCE); with `loopback`
-/// it takes its own packets back instead.
+/// packets (kernels/allreduce_norm.cu SYMM_NORM_FENCE); with its own
+/// packets (`loopback`, defaults.rs `norm_loopback`) it takes them back
+/// instead.
 fn one_shot_sends(spread: bool, asked: bool, in_place: bool, batched: bool, loopback: bool) -> OneShotSends {
     match (spread, in_place) {
         (false, _) => OneShotSends::WholeRows,
@@ -362,7 +364,8 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     };
     let sends = match form {
         Form::OneShotLl => {
-            one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some(), call.algo.norm_loopback)
+            let loopback = defaults::norm_loopback(call.algo, call.defaulted, comm.nranks);
+            one_shot_sends(spread, call.algo.spread, in_place, batch_block.is_some(), loopback)
         }
         _ => OneShotSends::WholeRows,
     };

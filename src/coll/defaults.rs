@@ -352,15 +352,16 @@ const NORM_BATCH_DEFAULT_RANKS: [usize; 1] = [2];
 /// 8192 the two are one kernel (2,048 units fill 512 threads four each).
 const NORM_FEW_TOKENS: usize = 16;
 
-/// In place (`out` = the input) the batched one-shot entry spreads behind
-/// its fence (allreduce_norm.rs `one_shot_sends`), which `auto` takes at
-/// [`NORM_BATCH_DEFAULT_RANKS`] up to this many tokens. The same calls, in
+/// In place (`out` = the input) without its own packets ([`norm_loopback`]
+/// off: `noloopback`) the batched one-shot entry spreads behind its fence
+/// (allreduce_norm.rs `one_shot_sends`) at [`NORM_BATCH_DEFAULT_RANKS`] up
+/// to this many tokens. On 2 x H200 (twenty-fourth session), the same calls, in
 /// place, hidden 4096 / 8192, spread and fenced against whole rows: 1
 /// token 1.64 / 1.82 us against 1.69 / 2.71, 8 tokens 1.53 / 1.88 against
 /// 1.41 / 2.16, 16 tokens 1.71 / 1.81 against 1.07 / 1.47. The fence loses
 /// 0.1 us at 8 tokens of 4096 and gains 0.3-0.9 at 1-8 of 8192; at 16 it
-/// loses at both. With `loopback` (no fence) in place spreads as out of
-/// place does, up to [`NORM_FEW_TOKENS`].
+/// loses at both. With the own packets (no fence, `auto`'s there) in place
+/// spreads as out of place does, up to [`NORM_FEW_TOKENS`].
 const NORM_FEW_TOKENS_IN_PLACE: usize = 8;
 
 /// The rank count at which `auto` spreads the fused norm's LL forms as
@@ -379,11 +380,30 @@ const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 /// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place keeps whole rows:
 /// allreduce_norm.rs `one_shot_sends`), and at [`NORM_BATCH_DEFAULT_RANKS`]
 /// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
-/// behind the fence, without `loopback`) with its own batched layout (as
-/// measured: not with `nobatch` or a `batch=N` named).
+/// behind the fence, without [`norm_loopback`]) with its own batched
+/// layout (as measured: not with `nobatch` or a `batch=N` named).
 pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
-    let few = if in_place && !algo.norm_loopback { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
+    let fenced = in_place && !norm_loopback(algo, defaulted, nranks);
+    let few = if fenced { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
     (defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS) || (auto_batches(algo, defaulted, nranks) && tokens <= few)
+}
+
+/// Whether the batched one-shot entry, spread in place, takes this rank's
+/// units back from its own packets instead of waiting behind its fence
+/// (allreduce_norm.rs `OneShotSends::SpreadOwnPackets`): `loopback`, or
+/// wherever `auto` batches ([`NORM_BATCH_DEFAULT_RANKS`]) unless
+/// `noloopback`. Chosen on one GPU (twenty-fifth and twenty-sixth
+/// sessions, ranks co-resident: a local ceiling), in place at 2 ranks,
+/// `auto` (fence) against `loopback`, gap over the all-reduce alone:
+/// H200 1-8 tokens 0.07-0.30 us less, 16 tokens (whole rows against
+/// spread) 0.42 less at 8192 and even at 4096; H100 (the landed entry)
+/// 0.22-0.57 less at 1-8 tokens, 0.22 / 0.83 at 16; never more, out of
+/// place unchanged. Across GPUs the fence's release also waits for
+/// NVLink's acknowledgements (0.43-0.67 us over out of place on 2 x H200,
+/// twenty-fourth session), which the own packets do not: the cross-GPU
+/// A/B is `scripts/device-measure norm:2 norm:2:noloopback`.
+pub(crate) fn norm_loopback(algo: Algo, defaulted: bool, nranks: usize) -> bool {
+    algo.norm_loopback || (auto_batches(algo, defaulted, nranks) && !algo.no_norm_loopback)
 }
 
 /// Whether `auto` picks the fused norm's batched layout itself: at
@@ -454,10 +474,22 @@ mod tests {
         assert_eq!(norm_batch_units(auto, true, 2, 17), Some(4), "four units a thread above 16 tokens");
         assert!(norm_by_stores(auto, true, 2));
         assert!(norm_spread_by_default(auto, true, 2, 16, false) && !norm_spread_by_default(auto, true, 2, 17, false));
-        assert!(norm_spread_by_default(auto, true, 2, 8, true) && !norm_spread_by_default(auto, true, 2, 9, true), "in place to 8");
+        assert!(norm_loopback(auto, true, 2), "auto's own packets in place at 2 ranks");
+        assert!(norm_spread_by_default(auto, true, 2, 16, true) && !norm_spread_by_default(auto, true, 2, 17, true), "in place to 16");
+        let fence = parse("noloopback");
+        assert!(!norm_loopback(fence, true, 2) && norm_batch_units(fence, true, 2, 16) == Some(1), "noloopback: the fence");
+        assert!(norm_spread_by_default(fence, true, 2, 8, true) && !norm_spread_by_default(fence, true, 2, 9, true), "fenced: in place to 8");
+        assert!(norm_spread_by_default(fence, true, 2, 16, false), "noloopback: out of place as auto");
         let lb = parse("loopback");
         assert!(norm_spread_by_default(lb, true, 2, 16, true) && !norm_spread_by_default(lb, true, 2, 17, true), "loopback: in place to 16");
         assert_eq!(norm_batch_units(lb, true, 2, 16), Some(1), "loopback keeps auto's layout");
+        assert!(norm_loopback(parse("loopback+batch=1+spread"), true, 4), "named, at any rank count");
+        for off in ["batch=1", "nobatch"] {
+            assert!(!norm_loopback(parse(off), true, 2), "{off}: not auto's layout, the fence where it spreads in place");
+        }
+        for n in [1, 3, 4, 8] {
+            assert!(!norm_loopback(auto, true, n), "{n} ranks: auto does not batch there");
+        }
         for n in [1, 3, 8] {
             assert_eq!(norm_batch_units(auto, true, n, 1), None, "{n} ranks: not measured across GPUs");
             assert!(!norm_by_stores(auto, true, n), "{n} ranks");

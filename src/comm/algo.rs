@@ -150,8 +150,14 @@ pub struct Algo {
     /// this rank's own slot, and a row is written once those are back,
     /// instead of behind the grid-wide fence (kernels/allreduce_norm.cu
     /// OWN, the entry `symm_allreduce_norm_ll_batch_own_*`). Twenty-fifth
-    /// session, opt-in until measured across GPUs. A tuning.
+    /// session; `auto`'s where it batches (2 ranks) since the twenty-sixth
+    /// (coll/defaults.rs `norm_loopback`), so named it asks for it
+    /// elsewhere (`batch=1+spread+loopback`). A tuning.
     pub norm_loopback: bool,
+    /// `noloopback`: the batched entry's fence in place where `auto` would
+    /// take the own packets (2 ranks), and its in-place spread limit, for
+    /// A/B measurements. A tuning.
+    pub no_norm_loopback: bool,
 }
 
 impl Algo {
@@ -177,12 +183,13 @@ impl Algo {
             norm_write: false,
             no_norm_write: false,
             norm_loopback: false,
+            no_norm_loopback: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
     /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite` /
-    /// `loopback` aside: they tune kernels,
+    /// `loopback` / `noloopback` aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -193,7 +200,7 @@ impl Algo {
                             pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
                             norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
                             norm_write: t.norm_write, no_norm_write: t.no_norm_write,
-                            norm_loopback: t.norm_loopback, ..self };
+                            norm_loopback: t.norm_loopback, no_norm_loopback: t.no_norm_loopback, ..self };
         choice == Algo::AUTO
     }
 
@@ -236,6 +243,7 @@ impl Algo {
                 "batch" => a.norm_batch_log2 = 3,
                 "nobatch" | "no_batch" | "no-batch" => a.no_norm_batch = true,
                 "loopback" => a.norm_loopback = true,
+                "noloopback" | "no_loopback" | "no-loopback" => a.no_norm_loopback = true,
                 t if t.starts_with("batch=") => {
                     a.norm_batch_log2 = match &t[6..] {
                         "1" => 1,
@@ -260,7 +268,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, joined with '+')"
                     ))
                 }
             }
@@ -276,6 +284,9 @@ impl Algo {
         }
         if a.norm_loopback && a.no_norm_batch {
             return Err(format!("\"{s}\" names both loopback and nobatch (loopback is the batched entry's)"));
+        }
+        if a.norm_loopback && a.no_norm_loopback {
+            return Err(format!("\"{s}\" names both loopback and noloopback"));
         }
         if a.norm_write && a.no_norm_write {
             return Err(format!("\"{s}\" names both normwrite and nonormwrite"));
@@ -312,7 +323,7 @@ impl Algo {
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
-        // nonormwrite 50, loopback 51.
+        // nonormwrite 50, loopback 51, noloopback 52.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -330,6 +341,7 @@ impl Algo {
             | (self.no_norm_batch as u64) << 49
             | (self.no_norm_write as u64) << 50
             | (self.norm_loopback as u64) << 51
+            | (self.no_norm_loopback as u64) << 52
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -358,6 +370,7 @@ impl Algo {
             no_norm_batch: wide >> 49 & 1 != 0,
             no_norm_write: wide >> 50 & 1 != 0,
             norm_loopback: wide >> 51 & 1 != 0,
+            no_norm_loopback: wide >> 52 & 1 != 0,
         }
     }
 }
@@ -392,6 +405,7 @@ impl std::fmt::Display for Algo {
             (self.norm_write, "normwrite"),
             (self.no_norm_write, "nonormwrite"),
             (self.norm_loopback, "loopback"),
+            (self.no_norm_loopback, "noloopback"),
         ] {
             if on {
                 parts.push(name);
@@ -693,6 +707,12 @@ mod tests {
         let a = Algo::parse(&format!("loopback+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 51 clear of the rest");
         assert!(Algo::parse("loopback+nobatch").unwrap_err().contains("both"));
+        let nl = Algo::parse("No-Loopback").unwrap();
+        assert!(nl.no_norm_loopback && nl.is_auto() && !Algo::AUTO.no_norm_loopback, "noloopback keeps auto's choices");
+        assert_eq!((Algo::from_bits(nl.to_bits()), nl.to_string().as_str()), (nl, "auto+noloopback"));
+        let a = Algo::parse(&format!("noloopback+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 52 clear of the rest");
+        assert!(Algo::parse("loopback+noloopback").unwrap_err().contains("both"));
     }
 
     #[test]
