@@ -397,8 +397,8 @@ pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize,
 /// `auto` (fence) against `loopback`, gap over the all-reduce alone:
 /// H200 1-8 tokens 0.07-0.30 us less, 16 tokens (whole rows against
 /// spread) 0.42 less at 8192 and even at 4096; H100 (the landed entry,
-/// two runs) 0.14-0.57 less at 1-8 tokens, 0.13-0.22 / 0.73-0.83 at 16;
-/// never more, out of place unchanged. Across GPUs the fence's release also waits for
+/// three runs) 0.12-0.57 less at 1-8 tokens, 0.13-0.22 / 0.62-0.83 at
+/// 16; never more, out of place unchanged. Across GPUs the fence's release also waits for
 /// NVLink's acknowledgements (0.43-0.67 us over out of place on 2 x H200,
 /// twenty-fourth session), which the own packets do not: the cross-GPU
 /// A/B is `scripts/device-measure norm:2 norm:2:noloopback`.
