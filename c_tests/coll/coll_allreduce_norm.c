@@ -17,8 +17,8 @@
  * (rows * p / n onwards) adds its residual: one more case gives every rank
  * a different residual and checks that each row's residualOut, on every
  * rank, has its owner's (which the other forms would not give). With
- * SYMM_ALGO naming `normwrite`, and by default at 2 ranks (unless
- * `nonormwrite`), the shapes above the LL forms take the
+ * SYMM_ALGO naming `normwrite`, and by default (unless `nonormwrite`),
+ * the shapes above the LL forms take the
  * two-shot form by stores (kernels/allreduce_norm_write.cu, from 2 ranks,
  * rows up to 16 KiB), which also adds the owner's residual: the same
  * check runs on 300 x 4096; and the form back to back with the staged
@@ -503,9 +503,9 @@ static void body(struct tw *w, void *ctx) {
     residual_per_rank = 0;
   }
   /* 300 x 4096 bf16 (2.4 MiB) is above the LL forms at every rank count;
-   * the form by stores is auto's at 2 ranks (src/coll/defaults.rs
-   * NORM_BATCH_DEFAULT_RANKS). */
-  if (has_token(algo, "normwrite") || (auto_choice(algo) && w->nranks == 2 && !has_token(algo, "nonormwrite"))) {
+   * the form by stores is auto's from 2 ranks (src/coll/defaults.rs
+   * NORM_BATCH_DEFAULT_MIN_RANKS). */
+  if (has_token(algo, "normwrite") || (auto_choice(algo) && w->nranks >= 2 && !has_token(algo, "nonormwrite"))) {
     residual_per_rank = 1;
     run_case(w, symmBfloat16, 300, 4096, CW_STAGED, SEPARATE, 1);
     run_case(w, symmBfloat16, 300, 4096, CW_SYMMETRIC, IN_PLACE, 0);

@@ -28,22 +28,22 @@
  *                  each (rank, expert), aligned to 16;
  *   allreduce_norm symmAllReduceAddRMSNorm, 4 tokens x 4096 bf16: the LL
  *                  form SYMM_ALGO selects (one-shot, spread, batched;
- *                  batched and spread by default at 2 ranks) polls packets
- *                  that never come;
+ *                  batched and spread by default) polls packets that
+ *                  never come;
  *   allreduce_norm_in_place
  *                  the same in place (out = input, residualOut =
- *                  residual): by default at 2 ranks the batched entry
- *                  taking this rank's own packets back (they come) before
- *                  its peers' (they do not), with SYMM_ALGO=batch at 4
- *                  ranks the batched entry behind its fence;
+ *                  residual): by default the batched entry taking this
+ *                  rank's own packets back (they come) before its peers'
+ *                  (they do not); with SYMM_ALGO=batch (not auto's
+ *                  layout) at 4 ranks the batched entry behind its fence,
+ *                  with nobatch whole rows;
  *   allreduce_norm_wide
  *                  the same, 128 tokens (1 MiB): the one-shot LL form at 2
- *                  ranks (batched by default), the two-shot LL form at 4
- *                  (and with SYMM_ALGO=ll at 8; batched with batch), else
- *                  the all-reduce first
- *                  (the two-kernel form, its norm kernel after the
- *                  all-reduce that times out), or with SYMM_ALGO naming
- *                  normwrite the form by stores (its block syncs).
+ *                  ranks, the two-shot LL form at 4 (and with SYMM_ALGO=ll
+ *                  at 8), batched unless nobatch; else by default the form
+ *                  by stores (its block syncs), or with nonormwrite the
+ *                  all-reduce first (the two-kernel form, its norm kernel
+ *                  after the all-reduce that times out).
  *
  * Only rank 0 calls; the other ranks allocate what is collective and then
  * wait. Rank 0 polls symmCommGetAsyncError: it must become symmTimeout no

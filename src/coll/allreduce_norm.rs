@@ -21,9 +21,10 @@
 //! a block's part of a row fits one. With `normwrite` the messages above
 //! the LL forms take one kernel by stores instead of the all-reduce and the
 //! norm kernel (allreduce_norm_write.rs). Both are `auto`'s at 2 ranks
-//! (one unit a thread up to 16 tokens, four above; measured across GPUs:
-//! coll/defaults.rs `NORM_BATCH_DEFAULT_RANKS`), opt-in from 3 until
-//! measured there.
+//! (one unit a thread up to 16 tokens, four above; measured across GPUs)
+//! and since the twenty-sixth session from 3 ranks (one unit a thread; on
+//! figures with every rank on one GPU): coll/defaults.rs
+//! `NORM_BATCH_DEFAULT_MIN_RANKS`.
 //! Like the collectives: the caller's stream, graph-capturable, bounded
 //! waits, any buffer class.
 
@@ -71,8 +72,8 @@ enum OneShotSends {
     /// every block has sent.
     SpreadFenced,
     /// Spread, in place, on the batched entry with its own packets
-    /// (defaults.rs `norm_loopback`: `auto`'s at 2 ranks, `loopback`
-    /// elsewhere): this rank's units go to its own slot as packets too,
+    /// (defaults.rs `norm_loopback`: `auto`'s wherever it batches,
+    /// `loopback` named elsewhere): this rank's units go to its own slot as packets too,
     /// and a row is written once they are back (kernels/allreduce_norm.cu
     /// OWN, the entry `ll_batch_own`), no fence.
     SpreadOwnPackets,
@@ -342,7 +343,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         two_shot_allowed: call.ll_two_shot_allowed(),
         spread,
         per_token_scales: quant == NORM_FP8_TOKEN,
-        by_stores: defaults::norm_by_stores(call.algo, call.defaulted, comm.nranks),
+        by_stores: defaults::norm_by_stores(call.algo, call.defaulted, comm.nranks, bytes),
         ll_slot: comm.coll.ll_slot,
         half: comm.coll.half,
         max_grid: comm.coll.max_grid,

@@ -1,7 +1,8 @@
 //! The fused all-reduce + RMSNorm above its LL forms as one kernel by
 //! stores (`SYMM_ALGO` token `normwrite`, twenty-first session; `auto`'s
-//! at 2 ranks since the twenty-fourth, measured across GPUs: defaults.rs
-//! `NORM_BATCH_DEFAULT_RANKS`): kernels/allreduce_norm_write.cu.
+//! at 2 ranks since the twenty-fourth, measured across GPUs, and from 3
+//! since the twenty-sixth: defaults.rs `NORM_BATCH_DEFAULT_MIN_RANKS`):
+//! kernels/allreduce_norm_write.cu.
 //! Each rank stores the rows every peer owns into that owner's scratch;
 //! after a block sync the owner sums, adds its residual and normalises its
 //! rows, storing the rounded residual_out rows and their sums of squares

@@ -330,15 +330,28 @@ pub(super) const LL_TWO_SHOT_DEFAULT_RANKS: usize = 4;
 /// us against 6.30 / 4.88 and at 512 tokens 0.65 / 0.68 against 11.94 /
 /// 20.82 (4 MiB at 4096: 23.3 us against 34.5, NCCL + norm 74.3). No row
 /// slower (within 0.03 us at 32-128 tokens). How many units a thread, and
-/// where the sends spread: [`NORM_FEW_TOKENS`]. 3-8 ranks keep the
-/// unbatched entries and the all-reduce + norm kernel until measured
-/// across GPUs.
-const NORM_BATCH_DEFAULT_RANKS: [usize; 1] = [2];
+/// where the sends spread: [`NORM_FEW_TOKENS`]. From 3 ranks too since the
+/// twenty-sixth session, on the figures with every rank on one GPU (a
+/// local ceiling: not yet measured across GPUs; docs/PERFORMANCE.md
+/// "Twenty-sixth session"): batched, the entries took 0.7-3.4 us off
+/// every 1-32-token row at 4 ranks and 9.5 off 1 MiB, and the form by
+/// stores 5-31 us off every shape it runs at 2/3/4/8 ranks; at 2 ranks
+/// the same wins held across GPUs. `nobatch+nonormwrite` runs what ran
+/// before.
+const NORM_BATCH_DEFAULT_MIN_RANKS: usize = 2;
 
-/// At [`NORM_BATCH_DEFAULT_RANKS`], up to this many tokens `auto`'s
-/// batched entries take one unit a thread and the one-shot LL form spreads
-/// its sends over the grid (in place up to [`NORM_FEW_TOKENS_IN_PLACE`]);
-/// above it, four units a thread (`batch`) and whole rows. With few rows a
+/// From 3 ranks `auto`'s batched entries take one unit a thread at every
+/// size (with every rank on one GPU, 4 ranks, four units lost 1.0-1.7 us
+/// at 64-128 tokens, twentieth session); at 2 ranks four above
+/// [`NORM_FEW_TOKENS`], as measured across GPUs there.
+const NORM_FOUR_UNITS_RANKS: usize = 2;
+
+/// Where `auto` batches ([`NORM_BATCH_DEFAULT_MIN_RANKS`] and up), up to
+/// this many tokens its batched entries take one unit a thread and the
+/// one-shot LL form spreads its sends over the grid (in place up to
+/// [`NORM_FEW_TOKENS_IN_PLACE`] behind the fence); above it, at 2 ranks
+/// four units a thread (`batch`; [`NORM_FOUR_UNITS_RANKS`]) and whole rows
+/// (at 4 ranks spread at every size: [`NORM_SPREAD_DEFAULT_RANKS`]). With few rows a
 /// row per block leaves few SMs sending; from 32 rows there are as many
 /// senders as the spread grid gives. On 2 x H200 (same session, the next
 /// call: `norm:2:batch=1+spread norm:2:batch norm:2:batch=2`), cost over
@@ -354,8 +367,8 @@ const NORM_FEW_TOKENS: usize = 16;
 
 /// In place (`out` = the input) without its own packets ([`norm_loopback`]
 /// off: `noloopback`) the batched one-shot entry spreads behind its fence
-/// (allreduce_norm.rs `one_shot_sends`) at [`NORM_BATCH_DEFAULT_RANKS`] up
-/// to this many tokens. On 2 x H200 (twenty-fourth session), the same calls, in
+/// (allreduce_norm.rs `one_shot_sends`) where `auto` batches, up to this
+/// many tokens. On 2 x H200 (twenty-fourth session), the same calls, in
 /// place, hidden 4096 / 8192, spread and fenced against whole rows: 1
 /// token 1.64 / 1.82 us against 1.69 / 2.71, 8 tokens 1.53 / 1.88 against
 /// 1.41 / 2.16, 16 tokens 1.71 / 1.81 against 1.07 / 1.47. The fence loses
@@ -377,22 +390,29 @@ const NORM_FEW_TOKENS_IN_PLACE: usize = 8;
 const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 
 /// Whether `auto` spreads the fused norm's LL forms for `tokens` rows:
-/// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place keeps whole rows:
-/// allreduce_norm.rs `one_shot_sends`), and at [`NORM_BATCH_DEFAULT_RANKS`]
-/// up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
+/// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place the unbatched entries,
+/// `nobatch`, keep whole rows: allreduce_norm.rs `one_shot_sends`), and
+/// wherever `auto` batches up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
 /// behind the fence, without [`norm_loopback`]) with its own batched
 /// layout (as measured: not with `nobatch` or a `batch=N` named).
+/// Batched at [`NORM_SPREAD_DEFAULT_RANKS`], in place spreads only up to
+/// [`NORM_FEW_TOKENS`] too: with every rank on one GPU (twenty-sixth
+/// session) 64 tokens of 4096 in place took 18.50 us spread with the own
+/// packets against 17.55 for the unbatched entry's whole rows, where out
+/// of place spread took 15.71 against 20.91.
 pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize, tokens: usize, in_place: bool) -> bool {
+    let batched = auto_batches(algo, defaulted, nranks);
     let fenced = in_place && !norm_loopback(algo, defaulted, nranks);
-    let few = if fenced { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
-    (defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS) || (auto_batches(algo, defaulted, nranks) && tokens <= few)
+    let few = tokens <= if fenced { NORM_FEW_TOKENS_IN_PLACE } else { NORM_FEW_TOKENS };
+    let every_size = defaulted && nranks == NORM_SPREAD_DEFAULT_RANKS && !(batched && in_place);
+    every_size || (batched && few)
 }
 
 /// Whether the batched one-shot entry, spread in place, takes this rank's
 /// units back from its own packets instead of waiting behind its fence
 /// (allreduce_norm.rs `OneShotSends::SpreadOwnPackets`): `loopback`, or
-/// wherever `auto` batches ([`NORM_BATCH_DEFAULT_RANKS`]) unless
-/// `noloopback`. Chosen on one GPU (twenty-fifth and twenty-sixth
+/// wherever `auto` batches ([`NORM_BATCH_DEFAULT_MIN_RANKS`] and up)
+/// unless `noloopback`. Chosen on one GPU (twenty-fifth and twenty-sixth
 /// sessions, ranks co-resident: a local ceiling), in place at 2 ranks,
 /// `auto` (fence) against `loopback`, gap over the all-reduce alone:
 /// H200 1-8 tokens 0.07-0.30 us less, 16 tokens (whole rows against
@@ -406,26 +426,38 @@ pub(crate) fn norm_loopback(algo: Algo, defaulted: bool, nranks: usize) -> bool 
     algo.norm_loopback || (auto_batches(algo, defaulted, nranks) && !algo.no_norm_loopback)
 }
 
-/// Whether `auto` picks the fused norm's batched layout itself: at
-/// [`NORM_BATCH_DEFAULT_RANKS`], no `batch=N` and no `nobatch` named.
+/// Whether `auto` picks the fused norm's batched layout itself: from
+/// [`NORM_BATCH_DEFAULT_MIN_RANKS`], no `batch=N` and no `nobatch` named.
 fn auto_batches(algo: Algo, defaulted: bool, nranks: usize) -> bool {
-    defaulted && !algo.no_norm_batch && algo.norm_batch_units().is_none() && NORM_BATCH_DEFAULT_RANKS.contains(&nranks)
+    defaulted && !algo.no_norm_batch && algo.norm_batch_units().is_none() && nranks >= NORM_BATCH_DEFAULT_MIN_RANKS
 }
 
 /// Units a thread of the fused norm's batched entries for `tokens` rows:
-/// `batch=N` where named, else under `auto` at
-/// [`NORM_BATCH_DEFAULT_RANKS`] one up to [`NORM_FEW_TOKENS`] and four
-/// above, unless `nobatch`; None: the unbatched entries.
+/// `batch=N` where named, else under `auto` one, at
+/// [`NORM_FOUR_UNITS_RANKS`] four above [`NORM_FEW_TOKENS`], unless
+/// `nobatch`; None: the unbatched entries.
 pub(crate) fn norm_batch_units(algo: Algo, defaulted: bool, nranks: usize, tokens: usize) -> Option<u64> {
-    algo.norm_batch_units()
-        .or_else(|| auto_batches(algo, defaulted, nranks).then_some(if tokens <= NORM_FEW_TOKENS { 1 } else { 4 }))
+    let four = nranks == NORM_FOUR_UNITS_RANKS && tokens > NORM_FEW_TOKENS;
+    algo.norm_batch_units().or_else(|| auto_batches(algo, defaulted, nranks).then_some(if four { 4 } else { 1 }))
 }
 
-/// Whether the fused norm takes its form by stores above the LL forms:
-/// `normwrite`, or under `auto` at [`NORM_BATCH_DEFAULT_RANKS`] unless
-/// `nonormwrite`.
-pub(crate) fn norm_by_stores(algo: Algo, defaulted: bool, nranks: usize) -> bool {
-    algo.norm_write || defaulted && !algo.no_norm_write && NORM_BATCH_DEFAULT_RANKS.contains(&nranks)
+/// From this many ranks `auto` takes the form by stores only for messages
+/// of at least [`NORM_BY_STORES_WIDE_MIN_BYTES`]: with every rank on one
+/// GPU (twenty-sixth session), 8 ranks, 16 tokens of 4096 (128 KiB, a
+/// row a block and two rows an owner) took 29.46 us by stores against
+/// 23.13 for the all-reduce and the norm kernel; from 256 KiB (16 x 8192,
+/// 64 x 4096) by stores won by 2.4-12.6 us. 3 and 4 ranks have no such
+/// row (their LL forms reach 512 KiB and 1 MiB).
+const NORM_BY_STORES_WIDE_RANKS: usize = 5;
+const NORM_BY_STORES_WIDE_MIN_BYTES: usize = 256 << 10;
+
+/// Whether the fused norm takes its form by stores above the LL forms for
+/// a message of `bytes`: `normwrite`, or under `auto` from
+/// [`NORM_BATCH_DEFAULT_MIN_RANKS`] (from [`NORM_BY_STORES_WIDE_RANKS`]
+/// from [`NORM_BY_STORES_WIDE_MIN_BYTES`]) unless `nonormwrite`.
+pub(crate) fn norm_by_stores(algo: Algo, defaulted: bool, nranks: usize, bytes: usize) -> bool {
+    let wide_small = nranks >= NORM_BY_STORES_WIDE_RANKS && bytes < NORM_BY_STORES_WIDE_MIN_BYTES;
+    algo.norm_write || defaulted && !algo.no_norm_write && nranks >= NORM_BATCH_DEFAULT_MIN_RANKS && !wide_small
 }
 
 /// Threads per block of LL kernels while the grid is not full: small
@@ -466,13 +498,13 @@ mod tests {
     }
 
     #[test]
-    fn fused_norm_batched_by_stores_and_spread_at_two_ranks() {
+    fn fused_norm_defaults_by_rank_count() {
         let parse = |s: &str| Algo::parse(s).unwrap();
         let auto = Algo::AUTO;
         assert_eq!(norm_batch_units(auto, true, 2, 1), Some(1), "measured on 2 GPUs");
         assert_eq!(norm_batch_units(auto, true, 2, 16), Some(1));
         assert_eq!(norm_batch_units(auto, true, 2, 17), Some(4), "four units a thread above 16 tokens");
-        assert!(norm_by_stores(auto, true, 2));
+        assert!(norm_by_stores(auto, true, 2, 1 << 20));
         assert!(norm_spread_by_default(auto, true, 2, 16, false) && !norm_spread_by_default(auto, true, 2, 17, false));
         assert!(norm_loopback(auto, true, 2), "auto's own packets in place at 2 ranks");
         assert!(norm_spread_by_default(auto, true, 2, 16, true) && !norm_spread_by_default(auto, true, 2, 17, true), "in place to 16");
@@ -487,27 +519,34 @@ mod tests {
         for off in ["batch=1", "nobatch"] {
             assert!(!norm_loopback(parse(off), true, 2), "{off}: not auto's layout, the fence where it spreads in place");
         }
-        for n in [1, 3, 4, 8] {
-            assert!(!norm_loopback(auto, true, n), "{n} ranks: auto does not batch there");
+        assert!(!norm_loopback(auto, true, 1) && norm_batch_units(auto, true, 1, 1).is_none(), "one rank: the norm kernel");
+        assert!(!norm_by_stores(auto, true, 1, 1 << 20));
+        for n in [3, 4, 8] {
+            assert!(norm_loopback(auto, true, n), "{n} ranks: auto batches there (twenty-sixth session)");
+            for t in [1, 16, 17, 512] {
+                assert_eq!(norm_batch_units(auto, true, n, t), Some(1), "{n} ranks, {t} tokens: one unit a thread");
+            }
+            assert!(norm_by_stores(auto, true, n, 1 << 20), "{n} ranks");
+            assert_eq!(norm_by_stores(auto, true, n, 128 << 10), n < 5, "{n} ranks, 128 KiB: by stores only to 4 ranks");
+            assert!(norm_spread_by_default(auto, true, n, 16, true), "{n} ranks: spread, in place too, to 16 tokens");
+            assert_eq!(norm_spread_by_default(auto, true, n, 17, false), n == 4, "{n} ranks: above 16 only at 4");
+            assert!(!norm_spread_by_default(auto, true, n, 17, true), "{n} ranks: in place whole rows above 16");
+            let old = parse("nobatch+nonormwrite");
+            assert!(norm_batch_units(old, true, n, 1).is_none() && !norm_by_stores(old, true, n, 1 << 20), "{n}: what ran before");
+            assert_eq!(norm_spread_by_default(old, true, n, 1, false), n == 4, "{n}: before, spread only at 4");
         }
-        for n in [1, 3, 8] {
-            assert_eq!(norm_batch_units(auto, true, n, 1), None, "{n} ranks: not measured across GPUs");
-            assert!(!norm_by_stores(auto, true, n), "{n} ranks");
-            assert!(!norm_spread_by_default(auto, true, n, 1, false), "{n} ranks");
-        }
-        assert_eq!(norm_batch_units(auto, true, 4, 1), None);
         assert!(norm_spread_by_default(auto, true, 4, 1, false) && norm_spread_by_default(auto, true, 4, 4096, false), "every size at 4");
         assert_eq!(norm_batch_units(parse("nobatch"), true, 2, 1), None);
         assert!(!norm_spread_by_default(parse("nobatch"), true, 2, 1, false), "nobatch: whole rows, as before");
-        assert!(norm_by_stores(parse("nobatch"), true, 2), "nobatch keeps the form by stores");
-        assert!(!norm_by_stores(parse("nonormwrite"), true, 2));
+        assert!(norm_by_stores(parse("nobatch"), true, 2, 1 << 20), "nobatch keeps the form by stores");
+        assert!(!norm_by_stores(parse("nonormwrite"), true, 2, 1 << 20));
         assert_eq!(norm_batch_units(parse("nonormwrite"), true, 2, 1), Some(1));
         assert_eq!(norm_batch_units(parse("ll"), false, 2, 1), None, "an explicit algorithm keeps the unbatched entries");
-        assert!(!norm_by_stores(parse("ll"), false, 2) && !norm_spread_by_default(parse("ll"), false, 2, 1, false));
+        assert!(!norm_by_stores(parse("ll"), false, 2, 1 << 20) && !norm_spread_by_default(parse("ll"), false, 2, 1, false));
         assert_eq!(norm_batch_units(parse("batch=4"), true, 2, 1), Some(4), "batch=N named wins");
         assert!(!norm_spread_by_default(parse("batch=4"), true, 2, 1, false), "only auto's own batch spreads at 2");
         assert_eq!(norm_batch_units(parse("ll+batch=2"), false, 4, 1), Some(2));
-        assert!(norm_by_stores(parse("ll+normwrite"), false, 4));
+        assert!(norm_by_stores(parse("ll+normwrite"), false, 8, 8192));
     }
 
     #[test]
