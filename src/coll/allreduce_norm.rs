@@ -354,7 +354,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
         Form::TwoShotLl { parts } => units.div_ceil(parts),
         _ => units,
     };
-    // The batched layout: with `batch=N` (or by default at 2 ranks) each
+    // The batched layout: with `batch=N` (or by default) each
     // form's batched entry where a block's part of a row fits one; always
     // for the form by stores, one unit a thread unless `batch=N` (or the
     // default) says otherwise.
