@@ -788,9 +788,10 @@ symmResult_t symmAllReduce(const void *sendbuff, void *recvbuff, size_t count, s
  * the whole output. `out` may be `input` and `residualOut` may be
  * `residual`; nothing else may overlap. Every pointer 16-byte aligned,
  * rows a multiple of 16 bytes, at most 64 KiB. `residual` is expected to
- * be the same on every rank, as tensor parallelism keeps it: the two-shot
- * form (`SYMM_ALGO=ll`, from 3 ranks) adds it on the rank that owns the
- * row and copies the result to the others.
+ * be the same on every rank, as tensor parallelism keeps it: the forms
+ * where a rank owns rows (the two-shot LL form, by default at 4 ranks;
+ * above the LL forms the form by stores) add it on the rank that owns the
+ * row and copy the result to the others.
  */
 symmResult_t symmAllReduceAddRMSNorm(const void *input, const void *residual, const void *weight, void *out, void *residualOut, size_t tokens, size_t hidden, float eps, symmDataType_t datatype, symmComm_t comm, struct CUstream_st *stream);
 

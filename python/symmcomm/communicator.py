@@ -451,8 +451,9 @@ class Communicator:
         bfloat16, float16 or float32. By default in place as vLLM does it:
         ``out`` is ``input`` and ``residual_out`` is ``residual``. Returns
         ``(out, residual_out)``. ``residual`` is expected to be the same on
-        every rank, as tensor parallelism keeps it (the two-shot form,
-        ``SYMM_ALGO=ll`` from 3 ranks, adds the owning rank's).
+        every rank, as tensor parallelism keeps it (the forms where a rank
+        owns rows, the two-shot LL form and, above the LL forms, the form by
+        stores, add the owning rank's).
 
         ``out_dtype=torch.float8_e4m3fn`` (symmAllReduceAddRMSNormFp8): ``out``
         in fp8 e4m3 (a new tensor unless given), divided by ``scale`` (a

@@ -50,9 +50,10 @@ pub extern "C" fn symmAllReduce(
 /// the whole output. `out` may be `input` and `residualOut` may be
 /// `residual`; nothing else may overlap. Every pointer 16-byte aligned,
 /// rows a multiple of 16 bytes, at most 64 KiB. `residual` is expected to
-/// be the same on every rank, as tensor parallelism keeps it: the two-shot
-/// form (`SYMM_ALGO=ll`, from 3 ranks) adds it on the rank that owns the
-/// row and copies the result to the others.
+/// be the same on every rank, as tensor parallelism keeps it: the forms
+/// where a rank owns rows (the two-shot LL form, by default at 4 ranks;
+/// above the LL forms the form by stores) add it on the rank that owns the
+/// row and copy the result to the others.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn symmAllReduceAddRMSNorm(
