@@ -350,9 +350,10 @@ const NORM_FOUR_UNITS_RANKS: usize = 2;
 /// this many tokens its batched entries take one unit a thread and the
 /// one-shot LL form spreads its sends over the grid (in place up to
 /// [`NORM_FEW_TOKENS_IN_PLACE`] behind the fence); above it, at 2 ranks
-/// four units a thread (`batch`; [`NORM_FOUR_UNITS_RANKS`]) and whole rows
-/// (at 4 ranks spread at every size: [`NORM_SPREAD_DEFAULT_RANKS`]). With few rows a
-/// row per block leaves few SMs sending; from 32 rows there are as many
+/// four units a thread (`batch`; [`NORM_FOUR_UNITS_RANKS`]) and whole
+/// rows (at 4 ranks out of place spread at every size:
+/// [`NORM_SPREAD_DEFAULT_RANKS`]). With few rows a row per block leaves
+/// few SMs sending; from 32 rows there are as many
 /// senders as the spread grid gives. On 2 x H200 (same session, the next
 /// call: `norm:2:batch=1+spread norm:2:batch norm:2:batch=2`), cost over
 /// the all-reduce alone, out of place, hidden 4096 / 8192: 1 token 1.09 /
@@ -392,9 +393,10 @@ const NORM_SPREAD_DEFAULT_RANKS: usize = 4;
 /// Whether `auto` spreads the fused norm's LL forms for `tokens` rows:
 /// at [`NORM_SPREAD_DEFAULT_RANKS`] (where in place the unbatched entries,
 /// `nobatch`, keep whole rows: allreduce_norm.rs `one_shot_sends`), and
-/// wherever `auto` batches up to [`NORM_FEW_TOKENS`] ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place`
-/// behind the fence, without [`norm_loopback`]) with its own batched
-/// layout (as measured: not with `nobatch` or a `batch=N` named).
+/// wherever `auto` batches up to [`NORM_FEW_TOKENS`]
+/// ([`NORM_FEW_TOKENS_IN_PLACE`] `in_place` behind the fence, without
+/// [`norm_loopback`]) with its own batched layout (as measured: not with
+/// `nobatch` or a `batch=N` named).
 /// Batched at [`NORM_SPREAD_DEFAULT_RANKS`], in place spreads only up to
 /// [`NORM_FEW_TOKENS`] too: with every rank on one GPU (twenty-sixth
 /// session) 64 tokens of 4096 in place took 18.50 us spread with the own
@@ -418,10 +420,11 @@ pub(crate) fn norm_spread_by_default(algo: Algo, defaulted: bool, nranks: usize,
 /// H200 1-8 tokens 0.07-0.30 us less, 16 tokens (whole rows against
 /// spread) 0.42 less at 8192 and even at 4096; H100 (the landed entry,
 /// three runs) 0.12-0.57 less at 1-8 tokens, 0.13-0.22 / 0.62-0.83 at
-/// 16; never more, out of place unchanged. Across GPUs the fence's release also waits for
-/// NVLink's acknowledgements (0.43-0.67 us over out of place on 2 x H200,
-/// twenty-fourth session), which the own packets do not: the cross-GPU
-/// A/B is `scripts/device-measure norm:2 norm:2:noloopback`.
+/// 16; never more, out of place unchanged. Across GPUs the fence's
+/// release also waits for NVLink's acknowledgements (0.43-0.67 us over out
+/// of place on 2 x H200, twenty-fourth session), which the own packets do
+/// not: the cross-GPU A/B is `scripts/device-measure norm:2
+/// norm:2:noloopback`.
 pub(crate) fn norm_loopback(algo: Algo, defaulted: bool, nranks: usize) -> bool {
     algo.norm_loopback || (auto_batches(algo, defaulted, nranks) && !algo.no_norm_loopback)
 }
