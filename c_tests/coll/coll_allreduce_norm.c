@@ -475,8 +475,8 @@ static void body(struct tw *w, void *ctx) {
       run_case(w, dt, shapes[s][0], hidden, CW_STAGED, SEPARATE, 0);
       run_case(w, dt, shapes[s][0], hidden, CW_SYMMETRIC, IN_PLACE, 0);
     }
-    /* In place in a graph: at 2 ranks by default the own packets, their
-     * flags advanced by the kernel from replay to replay. */
+    /* In place in a graph: by default spread with the own packets (from 2
+     * ranks), their flags advanced by the kernel from replay to replay. */
     run_case(w, dt, 4, 4096, CW_SYMMETRIC, IN_PLACE, 1);
     run_case(w, dt, 2, dt == symmFloat32 ? 16384 : 32768, CW_STAGED, SEPARATE, 0);
     run_case(w, dt, 5, 4096, CW_SYMMETRIC, SEPARATE, 1);
