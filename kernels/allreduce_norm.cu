@@ -244,14 +244,15 @@ __device__ void allreduce_norm_ll_body(const SymmNormArgs& n) {
 // flags: the batched entry spreads in place behind its fence (a bit of
 // this family's own: abi.cuh's flags keep bits 0-1 and 8-15).
 #define SYMM_NORM_FENCE 4u
-// OWN (SYMM_ALGO token `loopback`, opt-in; its own entry,
-// symm_allreduce_norm_ll_batch_own_*, so that the batched entry's code
-// stays as it was): the batched entry spread in place without the fence. Each sender also puts its units as packets
-// into this rank's own slot (source = this rank), and a row's block takes
-// this rank's units from those packets instead of the input: once they
-// have all come, every block that sends the row has read its input units
-// (each packet carries a value loaded before it was stored, as every LL
-// packet does), so the row may be overwritten. Why: the fence's count is
+// OWN (SYMM_ALGO token `loopback`; `auto`'s wherever it batches since the
+// twenty-sixth session; its own entry, symm_allreduce_norm_ll_batch_own_*,
+// so that the batched entry's code stays as it was): the batched entry
+// spread in place without the fence. Each sender also puts its units as
+// packets into this rank's own slot (source = this rank), and a row's
+// block takes this rank's units from those packets instead of the input:
+// once they have all come, every block that sends the row has read its
+// input units (each packet carries a value loaded before it was stored, as
+// every LL packet does), so the row may be overwritten. Why: the fence's count is
 // a release after the block's stores into the peers' memory, which waits
 // for those stores to be acknowledged across NVLink (a round trip) before
 // the count is seen; the own packets need only local stores. Spread in

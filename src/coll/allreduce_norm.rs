@@ -73,9 +73,9 @@ enum OneShotSends {
     SpreadFenced,
     /// Spread, in place, on the batched entry with its own packets
     /// (defaults.rs `norm_loopback`: `auto`'s wherever it batches,
-    /// `loopback` named elsewhere): this rank's units go to its own slot as packets too,
-    /// and a row is written once they are back (kernels/allreduce_norm.cu
-    /// OWN, the entry `ll_batch_own`), no fence.
+    /// `loopback` named elsewhere): this rank's units go to its own slot
+    /// as packets too, and a row is written once they are back
+    /// (kernels/allreduce_norm.cu OWN, the entry `ll_batch_own`), no fence.
     SpreadOwnPackets,
 }
 
