@@ -107,6 +107,9 @@ static_assert(sizeof(SymmFlagArgs) == 32 + 8 + 8 * SYMM_MAX_RANKS + 8, "SymmFlag
 #define SYMM_COLL_LIGHT_SYNC 1024u  // block_sync publishes with its release store alone (coll.cuh)
 #define SYMM_COLL_SERIAL_ROUNDS 2048u  // store-only kernels: scatter round k + 1 after reducing round k
                                        // (write_rounds.cuh), not before
+#define SYMM_COLL_OWN_DIRECT 4096u  // staged kernels: the part of the input only this rank reads (the
+                                    // all-to-all's and reduce-scatter's own block, the two-shot
+                                    // all-reduce's own slice) read where it is, never staged
 // Mode bits that change what crosses between ranks (the protocol): compared
 // at the first sync on every call, so ranks that picked different kernels
 // fail with a mismatch instead of misreading each other's flags.

@@ -20,22 +20,35 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
   const bool staged = a.mode & SYMM_COLL_STAGED;
   const bool two_shot = a.mode & SYMM_COLL_TWO_SHOT;
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
+  // Staged two-shot with SYMM_COLL_OWN_DIRECT (the default; SYMM_ALGO=
+  // ownstaged clears it): this rank's slice of each block's share, which
+  // only this rank reduces, is read from the input instead of being staged
+  // (one-shot: every peer reads all of it). In place the block that reads
+  // the slice is the one that later gathers over it, after its syncs.
+  const bool own_direct = staged && two_shot && (a.mode & SYMM_COLL_OWN_DIRECT);
   T* recv = reinterpret_cast<T*>(a.recv);
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
     uint64_t lo, hi;
     round_share(min(a.chunk, a.count), n, E, &lo, &hi);
     const uint32_t par = (staged || two_shot) ? next_parity(a) : 0;
-    if (staged) {
-      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
-      copy_any(classic, scratch_in(a, a.rank, par) + lo * sizeof(T), a.send + (base + lo) * sizeof(T),
-               (hi - lo) * sizeof(T));
-    }
-    if (!block_sync(a, s)) return;
     // One-shot: this block's share of the round, into recv. Two-shot: my
-    // slice of it, into my scratch. The sources in rank order.
+    // slice of it, into my scratch.
     uint64_t slo = 0, shi = hi - lo;
     if (two_shot) split_range(hi - lo, E, a.nranks, a.rank, &slo, &shi);
+    if (staged) {
+      s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
+      char* to = scratch_in(a, a.rank, par);
+      const char* in = a.send + base * sizeof(T);
+      if (own_direct) {  // the share around my slice
+        copy_any(classic, to + lo * sizeof(T), in + lo * sizeof(T), slo * sizeof(T));
+        copy_any(classic, to + (lo + shi) * sizeof(T), in + (lo + shi) * sizeof(T), (hi - lo - shi) * sizeof(T));
+      } else {
+        copy_any(classic, to + lo * sizeof(T), in + lo * sizeof(T), (hi - lo) * sizeof(T));
+      }
+    }
+    if (!block_sync(a, s)) return;
+    // The sources in rank order.
     const T* from[SYMM_MAX_RANKS];
 #pragma unroll
     for (uint32_t r = 0; r < SYMM_MAX_RANKS; ++r) {
@@ -43,6 +56,7 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
       const T* src = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) : reinterpret_cast<const T*>(a.src[r]) + base;
       from[r] = src + lo + slo;
     }
+    if (own_direct) from[a.rank] = reinterpret_cast<const T*>(a.send) + base + lo + slo;
     T* dst = two_shot ? reinterpret_cast<T*>(scratch_out(a, a.rank, par)) + lo + slo : recv + base + lo;
     s.tl.mark(SYMM_PHASE_REDUCE, (uint32_t)(base / a.chunk));
     reduce_any<T, OP>(classic, dst, from, a.nranks, a.rank, shi - slo, a.nranks);

@@ -33,6 +33,13 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
   constexpr uint32_t E = vec_elems<T>();
   const bool staged = a.mode & SYMM_COLL_STAGED;
   const bool classic = a.mode & SYMM_COLL_CLASSIC;
+  // Staged with SYMM_COLL_OWN_DIRECT (the default; SYMM_ALGO=ownstaged
+  // clears it): this rank's own block, which only this rank reads, is
+  // reduced from the input instead of being staged first. In place
+  // (recv = send + rank * count) each element of it is read and then
+  // written by the same thread (reduce_balanced); the host sets the bit
+  // only for that overlap or none.
+  const bool own_direct = staged && (a.mode & SYMM_COLL_OWN_DIRECT);
   T* recv = reinterpret_cast<T*>(a.recv);
   for (uint64_t base = 0; base < a.count; base += a.chunk) {
     const uint64_t n = min(a.chunk, a.count - base);
@@ -43,8 +50,9 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
       // Scratch holds block j of this round at j * a.chunk.
       s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
       for (uint32_t j = 0; j < a.nranks; ++j)
-        copy_any(classic, scratch_in(a, a.rank, par) + (j * a.chunk + lo) * sizeof(T),
-                 a.send + (j * a.count + base + lo) * sizeof(T), (hi - lo) * sizeof(T));
+        if (!own_direct || j != a.rank)
+          copy_any(classic, scratch_in(a, a.rank, par) + (j * a.chunk + lo) * sizeof(T),
+                   a.send + (j * a.count + base + lo) * sizeof(T), (hi - lo) * sizeof(T));
     }
     if (!block_sync(a, s)) return;
     const T* from[SYMM_MAX_RANKS];
@@ -54,6 +62,7 @@ __device__ void reduce_scatter_body(const SymmCollArgs& a) {
       from[r] = staged ? reinterpret_cast<const T*>(scratch_in(a, r, par)) + a.rank * a.chunk + lo
                        : reinterpret_cast<const T*>(a.src[r]) + a.rank * a.count + base + lo;
     }
+    if (own_direct) from[a.rank] = reinterpret_cast<const T*>(a.send) + a.rank * a.count + base + lo;
     s.tl.mark(SYMM_PHASE_REDUCE, (uint32_t)(base / a.chunk));
     reduce_any<T, OP>(classic, recv + base + lo, from, a.nranks, a.rank, hi - lo, a.nranks);
   }

@@ -18,7 +18,7 @@ use super::{
     even_rounds, opt_in_dtype, push_before_write, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
     FAMILY_ALLREDUCE_LL_TWO_SHOT, FAMILY_ALLREDUCE_PIPE, FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
-use crate::cuda::abi::{MODE_END_SYNC, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
+use crate::cuda::abi::{MODE_END_SYNC, MODE_OWN_DIRECT, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
 
 /// The two-shot push kernel, where send and recv are both
@@ -104,6 +104,14 @@ pub fn all_reduce(call: &Call) -> Result<()> {
     // In place, a rank would overwrite its input while peers still read it.
     if in_place || !call.direct(&mut a) {
         call.staged(&mut a, call.scratch_elems(1))?;
+        // Two-shot: this rank's slice, which only it reduces, read from the
+        // input (unless `ownstaged`). In place the block that reads a slice
+        // gathers over it later; with any other overlap its gather could
+        // meet another block's reads.
+        let overlap = call.send < call.recv + bytes && call.recv < call.send + bytes;
+        if two_shot && !call.algo.own_staged && (in_place || !overlap) {
+            a.mode |= MODE_OWN_DIRECT;
+        }
     } else if two_shot {
         // The reduced slices go through scratch, in rounds.
         a.chunk = even_rounds(call.count, call.scratch_elems(1), call.vec_elems());

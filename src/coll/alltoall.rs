@@ -18,6 +18,7 @@
 //! the synced kernel made 0.78-0.98x.
 
 use super::{alltoallv, defaults, Base, Call};
+use crate::cuda::abi::MODE_OWN_DIRECT;
 use crate::error::Result;
 
 pub fn all_to_all(call: &Call) -> Result<()> {
@@ -55,6 +56,13 @@ pub fn all_to_all(call: &Call) -> Result<()> {
     let mut a = call.args();
     if in_place || !call.direct(&mut a) {
         call.staged(&mut a, call.scratch_elems(n))?;
+        // The own block, which no peer reads, not through scratch (unless
+        // `ownstaged`): copied straight into the output, or in place left
+        // where it is. Not with any other overlap: the kernel writes the
+        // output while other blocks may still stage the input.
+        if !call.algo.own_staged && (in_place || !overlap) {
+            a.mode |= MODE_OWN_DIRECT;
+        }
     }
     let grid = call.grid((n * call.count * call.elem_size()).min(n * a.chunk * call.elem_size()));
     call.launch(c"symm_alltoall", grid, &mut a)

@@ -12,7 +12,7 @@ use super::{
     even_rounds, opt_in_dtype, reduce_kernel, reduce_scatter_write_by_default, Call, FAMILY_REDUCE_SCATTER,
     FAMILY_REDUCE_SCATTER_LL, FAMILY_REDUCE_SCATTER_PIPE,
 };
-use crate::cuda::abi::{MODE_PIPE, MODE_STAGED};
+use crate::cuda::abi::{MODE_OWN_DIRECT, MODE_PIPE, MODE_STAGED};
 use crate::error::Result;
 
 pub fn reduce_scatter(call: &Call) -> Result<()> {
@@ -42,6 +42,17 @@ pub fn reduce_scatter(call: &Call) -> Result<()> {
             return call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, call.dtype), grid, &mut a);
         }
         call.staged(&mut a, call.scratch_elems(n))?;
+        // The own block, which no peer reads, reduced from the input (unless
+        // `ownstaged`): in place (recvbuff = sendbuff + rank * recvcount)
+        // each element is read and then written by the same thread; with
+        // any other overlap the kernel's writes could meet another block's
+        // reads.
+        let block = bytes;
+        let own = call.send + call.comm.rank as u64 * block;
+        let overlap = call.send < call.recv + block && call.recv < call.send + n * block;
+        if !call.algo.own_staged && (call.recv == own || !overlap) {
+            a.mode |= MODE_OWN_DIRECT;
+        }
     }
     let grid = call.grid((call.count * call.elem_size()).min(a.chunk * call.elem_size()));
     call.launch(reduce_kernel(FAMILY_REDUCE_SCATTER, call.dtype), grid, &mut a)

@@ -158,6 +158,12 @@ pub struct Algo {
     /// take the own packets (2 ranks), and its in-place spread limit, for
     /// A/B measurements. A tuning.
     pub no_norm_loopback: bool,
+    /// `ownstaged`: the staged kernels stage the part of a plain input that
+    /// only this rank reads (the all-to-all's and reduce-scatter's own
+    /// block, the two-shot all-reduce's own slice), as before the
+    /// twenty-seventh session, instead of reading it where it is
+    /// (`SYMM_COLL_OWN_DIRECT`), for A/B measurements. A tuning.
+    pub own_staged: bool,
 }
 
 impl Algo {
@@ -184,12 +190,13 @@ impl Algo {
             no_norm_write: false,
             norm_loopback: false,
             no_norm_loopback: false,
+            own_staged: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
     /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite` /
-    /// `loopback` / `noloopback` aside: they tune kernels,
+    /// `loopback` / `noloopback` / `ownstaged` aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -200,7 +207,8 @@ impl Algo {
                             pdl: t.pdl, light_sync: t.light_sync, serial: t.serial, rsag: t.rsag,
                             norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
                             norm_write: t.norm_write, no_norm_write: t.no_norm_write,
-                            norm_loopback: t.norm_loopback, no_norm_loopback: t.no_norm_loopback, ..self };
+                            norm_loopback: t.norm_loopback, no_norm_loopback: t.no_norm_loopback,
+                            own_staged: t.own_staged, ..self };
         choice == Algo::AUTO
     }
 
@@ -244,6 +252,7 @@ impl Algo {
                 "nobatch" | "no_batch" | "no-batch" => a.no_norm_batch = true,
                 "loopback" => a.norm_loopback = true,
                 "noloopback" | "no_loopback" | "no-loopback" => a.no_norm_loopback = true,
+                "ownstaged" | "own_staged" | "own-staged" => a.own_staged = true,
                 t if t.starts_with("batch=") => {
                     a.norm_batch_log2 = match &t[6..] {
                         "1" => 1,
@@ -268,7 +277,8 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, joined with '+')"
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, \
+                         joined with '+')"
                     ))
                 }
             }
@@ -323,7 +333,7 @@ impl Algo {
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
-        // nonormwrite 50, loopback 51, noloopback 52.
+        // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -342,6 +352,7 @@ impl Algo {
             | (self.no_norm_write as u64) << 50
             | (self.norm_loopback as u64) << 51
             | (self.no_norm_loopback as u64) << 52
+            | (self.own_staged as u64) << 53
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -371,6 +382,7 @@ impl Algo {
             no_norm_write: wide >> 50 & 1 != 0,
             norm_loopback: wide >> 51 & 1 != 0,
             no_norm_loopback: wide >> 52 & 1 != 0,
+            own_staged: wide >> 53 & 1 != 0,
         }
     }
 }
@@ -406,6 +418,7 @@ impl std::fmt::Display for Algo {
             (self.no_norm_write, "nonormwrite"),
             (self.norm_loopback, "loopback"),
             (self.no_norm_loopback, "noloopback"),
+            (self.own_staged, "ownstaged"),
         ] {
             if on {
                 parts.push(name);
@@ -713,6 +726,11 @@ mod tests {
         let a = Algo::parse(&format!("noloopback+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 52 clear of the rest");
         assert!(Algo::parse("loopback+noloopback").unwrap_err().contains("both"));
+        let os = Algo::parse("Own-Staged").unwrap();
+        assert!(os.own_staged && os.is_auto() && !Algo::AUTO.own_staged, "ownstaged keeps auto's choices");
+        assert_eq!((Algo::from_bits(os.to_bits()), os.to_string().as_str()), (os, "auto+ownstaged"));
+        let a = Algo::parse(&format!("ownstaged+noloopback+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 53 clear of the rest");
     }
 
     #[test]

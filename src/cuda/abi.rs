@@ -174,6 +174,12 @@ pub(crate) const MODE_LIGHT_SYNC: u32 = 1024;
 /// `SYMM_COLL_SERIAL_ROUNDS`: the store-only kernels scatter a round after
 /// reducing the one before (SYMM_ALGO `serial`; kernels/write_rounds.cuh).
 pub(crate) const MODE_SERIAL_ROUNDS: u32 = 2048;
+/// `SYMM_COLL_OWN_DIRECT`: the staged kernels read the part of the input
+/// that only this rank reads (the all-to-all's and reduce-scatter's own
+/// block, the two-shot all-reduce's own slice) where it is instead of
+/// staging it (by default, not with SYMM_ALGO `ownstaged`; twenty-seventh
+/// session). Not a protocol bit: no peer reads what it skips.
+pub(crate) const MODE_OWN_DIRECT: u32 = 4096;
 
 /// `SYMM_PIPE_SLOTS`, `SYMM_PIPE_DELTA` (words from the collective sync
 /// flags to the pipelined kernels' flags), `SYMM_PIPE_WORDS`.
