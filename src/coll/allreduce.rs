@@ -18,6 +18,7 @@ use super::{
     even_rounds, opt_in_dtype, push_before_write, push_by_default, reduce_kernel, write_by_default, Base, Call, FAMILY_ALLREDUCE, FAMILY_ALLREDUCE_LL,
     FAMILY_ALLREDUCE_LL_TWO_SHOT, FAMILY_ALLREDUCE_PIPE, FAMILY_ALLREDUCE_PUSH, TWO_SHOT_MIN_BYTES,
 };
+use super::ranges::overlaps;
 use crate::cuda::abi::{MODE_END_SYNC, MODE_OWN_DIRECT, MODE_PIPE, MODE_PUSH, MODE_STAGED, MODE_TWO_SHOT, PIPE_SLOTS};
 use crate::error::Result;
 
@@ -108,8 +109,7 @@ pub fn all_reduce(call: &Call) -> Result<()> {
         // input (unless `ownstaged`). In place the block that reads a slice
         // gathers over it later; with any other overlap its gather could
         // meet another block's reads.
-        let overlap = call.send < call.recv + bytes && call.recv < call.send + bytes;
-        if two_shot && !call.algo.own_staged && (in_place || !overlap) {
+        if two_shot && !call.algo.own_staged && (in_place || !overlaps((call.send, bytes), (call.recv, bytes))) {
             a.mode |= MODE_OWN_DIRECT;
         }
     } else if two_shot {

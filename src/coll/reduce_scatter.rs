@@ -12,6 +12,7 @@ use super::{
     even_rounds, opt_in_dtype, reduce_kernel, reduce_scatter_write_by_default, Call, FAMILY_REDUCE_SCATTER,
     FAMILY_REDUCE_SCATTER_LL, FAMILY_REDUCE_SCATTER_PIPE,
 };
+use super::ranges::overlaps;
 use crate::cuda::abi::{MODE_OWN_DIRECT, MODE_PIPE, MODE_STAGED};
 use crate::error::Result;
 
@@ -49,8 +50,7 @@ pub fn reduce_scatter(call: &Call) -> Result<()> {
         // reads.
         let block = bytes;
         let own = call.send + call.comm.rank as u64 * block;
-        let overlap = call.send < call.recv + block && call.recv < call.send + n * block;
-        if !call.algo.own_staged && (call.recv == own || !overlap) {
+        if !call.algo.own_staged && (call.recv == own || !overlaps((call.send, n * block), (call.recv, block))) {
             a.mode |= MODE_OWN_DIRECT;
         }
     }
