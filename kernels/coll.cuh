@@ -484,7 +484,18 @@ __device__ __noinline__ void reduce_balanced(T* const* dsts, uint32_t ndst, cons
     d[r] = r < ndst ? reinterpret_cast<uint4*>(dsts[r] + head) : nullptr;
   }
   for (uint64_t v0 = t; v0 < nvec; v0 += (uint64_t)U * nt) {
+    // Zeroed every step, though no zero is ever combined: a vector assigned
+    // only under a condition keeps its old value where the load is skipped,
+    // so the array would live across steps. In a function that holds only
+    // part of the kernel's registers it then lived on the stack, each load
+    // stored there as it returned and the next issued after that store:
+    // one load in flight per thread instead of NMAX * U (SASS, sm_90;
+    // docs/PERFORMANCE.md, twenty-eighth session).
     Pack in[NMAX][U];
+#pragma unroll
+    for (uint32_t r = 0; r < NMAX; ++r)
+#pragma unroll
+      for (uint32_t j = 0; j < U; ++j) in[r][j].v = make_uint4(0, 0, 0, 0);
     // Loads: sources first..nsrc-1, then 0..first-1.
 #pragma unroll
     for (uint32_t pass = 0; pass < 2; ++pass)
