@@ -40,11 +40,14 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
       s.tl.mark(SYMM_PHASE_COPY_IN, (uint32_t)(base / a.chunk));
       char* to = scratch_in(a, a.rank, par);
       const char* in = a.send + base * sizeof(T);
-      if (own_direct) {  // the share around my slice
-        copy_any(classic, to + lo * sizeof(T), in + lo * sizeof(T), slo * sizeof(T));
-        copy_any(classic, to + (lo + shi) * sizeof(T), in + (lo + shi) * sizeof(T), (hi - lo - shi) * sizeof(T));
-      } else {
-        copy_any(classic, to + lo * sizeof(T), in + lo * sizeof(T), (hi - lo) * sizeof(T));
+      // The share, or with own_direct the share around my slice: up to two
+      // ranges through one copy (a copy is inlined deep; written twice it
+      // added 1.6 MB to the library).
+      const uint64_t cut = own_direct ? slo : hi - lo, resume = own_direct ? shi : hi - lo;
+#pragma unroll 1
+      for (uint32_t part = 0; part < 2; ++part) {
+        const uint64_t from = lo + (part == 0 ? 0 : resume), to_end = part == 0 ? lo + cut : hi;
+        copy_any(classic, to + from * sizeof(T), in + from * sizeof(T), (to_end - from) * sizeof(T));
       }
     }
     if (!block_sync(a, s)) return;
