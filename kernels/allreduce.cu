@@ -46,8 +46,8 @@ __device__ void allreduce_body(const SymmCollArgs& a) {
       const uint64_t cut = own_direct ? slo : hi - lo, resume = own_direct ? shi : hi - lo;
 #pragma unroll 1
       for (uint32_t part = 0; part < 2; ++part) {
-        const uint64_t from = lo + (part == 0 ? 0 : resume), to_end = part == 0 ? lo + cut : hi;
-        copy_any(classic, to + from * sizeof(T), in + from * sizeof(T), (to_end - from) * sizeof(T));
+        const uint64_t first = lo + (part == 0 ? 0 : resume), end = part == 0 ? lo + cut : hi;
+        copy_any(classic, to + first * sizeof(T), in + first * sizeof(T), (end - first) * sizeof(T));
       }
     }
     if (!block_sync(a, s)) return;

@@ -56,10 +56,10 @@ __device__ __forceinline__ void write_part(const SymmCollArgs& a, uint32_t j, ui
 // and the peers' copies in its scratch, stored into every rank's output.
 // (ptxas -v, sm_90: the kernel spills less with this inlined than not.
 // ptxas shares a kernel's registers out among its functions by what is
-// live at each call, so reduce_balanced's spills depend on its callers:
-// 130-270 bytes here, as in allreduce.cu, against 0-24 in
-// allreduce_push.cu; hence one caller per instance, write_rounds.cuh
-// vectors_everywhere.)
+// live at each call, so reduce_balanced's spills depend on its callers
+// (before its load array was zeroed each step, 130-270 bytes here and in
+// allreduce.cu, on the loads' path, against 0-24 in allreduce_push.cu);
+// hence one caller per instance, write_rounds.cuh vectors_everywhere.)
 template <typename T, int OP, bool PIECES>
 __device__ __forceinline__ void write_reduce(const SymmCollArgs& a, uint64_t base, uint64_t rn, uint32_t par) {
   const uint32_t n = a.nranks, me = a.rank;
