@@ -415,7 +415,9 @@ __device__ __forceinline__ void reduce_one_to(T* const* dsts, uint32_t ndst, con
 //
 // Not inlined (nor is the classic loop): a reduction kernel holds one
 // instance per op and rank-count class, and inlined together their
-// registers spill; as calls each gets the kernel's whole register budget.
+// registers spill. As a call it gets only the registers its callers do not
+// hold across it (sm_90 SASS: R88-R123 and a few low ones), hence the load
+// array zeroed each step below.
 // PIECES: the instance for pointers whose misalignments differ (reduce_to
 // picks it; the other instance requires co-aligned pointers). It keeps one
 // side, the anchor, in whole vectors (copy_bytes_by) and moves the other
