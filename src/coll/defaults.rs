@@ -17,9 +17,12 @@ use crate::cuda::abi::{OpId, MODE_CLASSIC};
 /// there: push under `auto`, the store-only kernels without `classic`
 /// ([`store_only_mode`]).
 /// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
-/// leave the choice `auto` ([`Algo::is_auto`]).
+/// leave the choice `auto` ([`Algo::is_auto`]). That sweep ran while the
+/// balanced loop kept one load in flight per thread (twenty-eighth
+/// session's fix); `noclassic` keeps the balanced and deep loops at 2
+/// ranks for the measurement that is to decide again.
 pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
-    if chosen.is_auto() && nranks == 2 {
+    if chosen.is_auto() && nranks == 2 && !chosen.no_classic {
         // is_auto: everything else is auto's, the tunings are kept.
         Algo { classic: true, ..chosen }
     } else {
@@ -637,6 +640,8 @@ mod tests {
         assert!(spread.is_auto(), "spread alone keeps auto's choices");
         assert_eq!(default_algo(spread, 2), Algo { classic: true, spread: true, ..Algo::AUTO });
         assert_eq!(default_algo(spread, 4), spread);
+        let balanced = Algo { no_classic: true, ..Algo::AUTO };
+        assert_eq!(default_algo(balanced, 2), balanced, "noclassic: the balanced loops at 2 ranks");
         assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
         assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
         let chosen = Algo::parse("twoshot+pipe").unwrap();

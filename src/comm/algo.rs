@@ -164,6 +164,13 @@ pub struct Algo {
     /// twenty-seventh session, instead of reading it where it is
     /// (`SYMM_COLL_OWN_DIRECT`), for A/B measurements. A tuning.
     pub own_staged: bool,
+    /// `noclassic`: the balanced reduction and deep copy loops where `auto`
+    /// takes the classic ones (2 ranks: src/coll/defaults.rs
+    /// `default_algo`). That choice was measured on 2 x H200 while the
+    /// balanced loop kept one load in flight per thread (its array on the
+    /// stack; twenty-eighth session), so it is to be measured again. A
+    /// tuning: alone it keeps `auto`'s choices.
+    pub no_classic: bool,
 }
 
 impl Algo {
@@ -191,12 +198,13 @@ impl Algo {
             norm_loopback: false,
             no_norm_loopback: false,
             own_staged: false,
+            no_classic: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
     /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite` /
-    /// `loopback` / `noloopback` / `ownstaged` aside: they tune kernels,
+    /// `loopback` / `noloopback` / `ownstaged` / `noclassic` aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -208,7 +216,7 @@ impl Algo {
                             norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
                             norm_write: t.norm_write, no_norm_write: t.no_norm_write,
                             norm_loopback: t.norm_loopback, no_norm_loopback: t.no_norm_loopback,
-                            own_staged: t.own_staged, ..self };
+                            own_staged: t.own_staged, no_classic: t.no_classic, ..self };
         choice == Algo::AUTO
     }
 
@@ -241,6 +249,7 @@ impl Algo {
                 "pipe" => a.pipe = true,
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
+                "noclassic" | "no_classic" | "no-classic" => a.no_classic = true,
                 "spread" => a.spread = true,
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
@@ -277,7 +286,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, \
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, noclassic, \
                          joined with '+')"
                     ))
                 }
@@ -294,6 +303,9 @@ impl Algo {
         }
         if a.norm_loopback && a.no_norm_batch {
             return Err(format!("\"{s}\" names both loopback and nobatch (loopback is the batched entry's)"));
+        }
+        if a.classic && a.no_classic {
+            return Err(format!("\"{s}\" names both classic and noclassic"));
         }
         if a.norm_loopback && a.no_norm_loopback {
             return Err(format!("\"{s}\" names both loopback and noloopback"));
@@ -333,7 +345,7 @@ impl Algo {
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
-        // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53.
+        // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53, noclassic 54.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -353,6 +365,7 @@ impl Algo {
             | (self.norm_loopback as u64) << 51
             | (self.no_norm_loopback as u64) << 52
             | (self.own_staged as u64) << 53
+            | (self.no_classic as u64) << 54
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -383,6 +396,7 @@ impl Algo {
             norm_loopback: wide >> 51 & 1 != 0,
             no_norm_loopback: wide >> 52 & 1 != 0,
             own_staged: wide >> 53 & 1 != 0,
+            no_classic: wide >> 54 & 1 != 0,
         }
     }
 }
@@ -419,6 +433,7 @@ impl std::fmt::Display for Algo {
             (self.norm_loopback, "loopback"),
             (self.no_norm_loopback, "noloopback"),
             (self.own_staged, "ownstaged"),
+            (self.no_classic, "noclassic"),
         ] {
             if on {
                 parts.push(name);
@@ -731,6 +746,12 @@ mod tests {
         assert_eq!((Algo::from_bits(os.to_bits()), os.to_string().as_str()), (os, "auto+ownstaged"));
         let a = Algo::parse(&format!("ownstaged+noloopback+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 53 clear of the rest");
+        let nc = Algo::parse("No-Classic").unwrap();
+        assert!(nc.no_classic && nc.is_auto() && !Algo::AUTO.no_classic, "noclassic keeps auto's choices");
+        assert_eq!((Algo::from_bits(nc.to_bits()), nc.to_string().as_str()), (nc, "auto+noclassic"));
+        let a = Algo::parse(&format!("noclassic+ownstaged+{every}")).unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 54 clear of the rest");
+        assert!(Algo::parse("classic+noclassic").unwrap_err().contains("both"));
     }
 
     #[test]
