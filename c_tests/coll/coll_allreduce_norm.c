@@ -162,7 +162,7 @@ static int has_token(const char *algo, const char *want) {
 static int auto_choice(const char *algo) {
   static const char *const keep_auto[] = {"auto",     "spread",    "nospread", "prefetch", "pdl",       "nopdl",
                                           "lightsync", "fullsync", "serial",   "nobatch",  "normwrite", "nonormwrite",
-                                          "loopback", "noloopback", "ownstaged", "noclassic"};
+                                          "loopback", "noloopback", "ownstaged", "classic2"};
   const char *tok;
   size_t len;
   while (next_token(&algo, &tok, &len)) {

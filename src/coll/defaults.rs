@@ -7,22 +7,24 @@
 use super::{Algo, CollId};
 use crate::cuda::abi::{OpId, MODE_CLASSIC};
 
-/// What `auto` means at each rank count, chosen from the A/B sweep on
-/// 2 x H200 (docs/PERFORMANCE.md, "A/B sweep: the defaults"): at two ranks
-/// the classic copy and reduction loops beat the balanced, deep ones at
-/// every size for all-reduce, reduce-scatter, all-gather and all-to-all
-/// (by 3-13 % from 32 MiB; rank rotation has nothing to balance with one
-/// peer). From three ranks the new loops stay the default. The kernels
-/// `auto` picks by size at 2 ranks (push, write) were measured as they run
-/// there: push under `auto`, the store-only kernels without `classic`
-/// ([`store_only_mode`]).
+/// What `auto` means at each rank count. The balanced and deep loops at
+/// every rank count since the twenty-ninth session. From 2026-11-24 the
+/// classic ones ran at 2 ranks: on 2 x H200 they beat the balanced loops
+/// by 3-13 % from 32 MiB, but that balanced loop stored each load to the
+/// stack as it returned (SASS of that day's bf16 reduce-scatter: 88
+/// loads), the fault the twenty-eighth session removed. With the ranks
+/// co-resident on one H100 the balanced and deep loops now take 3-25 %
+/// less time than the classic ones at 2 ranks from 4 to 256 MiB on plain
+/// buffers (reduce-scatter, all-reduce, all-gather; the all-to-all where
+/// it does not run the send/recv engine) and 0-19 % on symmetric ones,
+/// the symmetric reduce-scatter in place at 256 MiB excepted (+3 %); the
+/// kernels without these loops (push, the engine) unchanged
+/// (docs/PERFORMANCE.md, twenty-ninth session). `classic2` gives the loops of before back at 2
+/// ranks, keeping `auto`'s other choices, for the A/B across GPUs.
 /// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
-/// leave the choice `auto` ([`Algo::is_auto`]). That sweep ran while the
-/// balanced loop kept one load in flight per thread (twenty-eighth
-/// session's fix); `noclassic` keeps the balanced and deep loops at 2
-/// ranks for the measurement that is to decide again.
+/// leave the choice `auto` ([`Algo::is_auto`]).
 pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {
-    if chosen.is_auto() && nranks == 2 && !chosen.no_classic {
+    if chosen.is_auto() && nranks == 2 && chosen.classic_two_ranks {
         // is_auto: everything else is auto's, the tunings are kept.
         Algo { classic: true, ..chosen }
     } else {
@@ -149,8 +151,9 @@ pub(crate) fn reduce_scatter_write_by_default(defaulted: bool, nranks: usize, by
 
 /// The mode bits of a store-only (`write`) kernel under `auto`: those
 /// kernels were measured and tested with the deep copies at every rank
-/// count (`twoshot+write`, `write`), so `auto`'s classic loops at 2 ranks
-/// ([`default_algo`]) do not apply to them; an explicit `classic` does.
+/// count (`twoshot+write`, `write`), so `classic2`'s classic loops at 2
+/// ranks ([`default_algo`]) do not apply to them; an explicit `classic`
+/// does.
 pub(super) fn store_only_mode(defaulted: bool, mode: u32) -> u32 {
     if defaulted {
         mode & !MODE_CLASSIC
@@ -625,23 +628,24 @@ mod tests {
 
     #[test]
     fn store_only_kernels_keep_their_measured_copies_under_auto() {
-        assert_eq!(store_only_mode(true, MODE_CLASSIC | 1), 1, "auto's 2-rank classic does not apply");
+        assert_eq!(store_only_mode(true, MODE_CLASSIC | 1), 1, "classic2's 2-rank classic does not apply");
         assert_eq!(store_only_mode(false, MODE_CLASSIC | 1), MODE_CLASSIC | 1, "an explicit classic does");
     }
 
     #[test]
     fn measured_defaults_apply_to_auto_only() {
-        assert_eq!(default_algo(Algo::AUTO, 2), Algo { classic: true, ..Algo::AUTO });
-        let capped = Algo::parse("grid=32").unwrap();
-        assert!(capped.is_auto(), "grid=N alone keeps auto's choices");
-        assert_eq!(default_algo(capped, 2), Algo { classic: true, grid_log2: capped.grid_log2, ..Algo::AUTO });
+        assert_eq!(default_algo(Algo::AUTO, 2), Algo::AUTO, "the balanced loops at 2 ranks too");
+        let before = Algo::parse("classic2").unwrap();
+        assert_eq!(default_algo(before, 2), Algo { classic: true, ..before }, "classic2: the classic loops at 2 ranks");
+        assert_eq!(default_algo(before, 3), before, "classic2 applies at 2 ranks only");
+        let capped = Algo::parse("grid=32+classic2").unwrap();
+        assert!(capped.is_auto(), "grid=N and classic2 keep auto's choices");
+        assert_eq!(default_algo(capped, 2), Algo { classic: true, ..capped });
         assert!(!Algo::parse("grid=32+push").unwrap().is_auto());
         let spread = Algo::parse("spread").unwrap();
         assert!(spread.is_auto(), "spread alone keeps auto's choices");
-        assert_eq!(default_algo(spread, 2), Algo { classic: true, spread: true, ..Algo::AUTO });
+        assert_eq!(default_algo(spread, 2), spread);
         assert_eq!(default_algo(spread, 4), spread);
-        let balanced = Algo { no_classic: true, ..Algo::AUTO };
-        assert_eq!(default_algo(balanced, 2), balanced, "noclassic: the balanced loops at 2 ranks");
         assert_eq!(default_algo(Algo::AUTO, 3), Algo::AUTO);
         assert_eq!(default_algo(Algo::AUTO, 8), Algo::AUTO);
         let chosen = Algo::parse("twoshot+pipe").unwrap();

@@ -164,13 +164,11 @@ pub struct Algo {
     /// twenty-seventh session, instead of reading it where it is
     /// (`SYMM_COLL_OWN_DIRECT`), for A/B measurements. A tuning.
     pub own_staged: bool,
-    /// `noclassic`: the balanced reduction and deep copy loops where `auto`
-    /// takes the classic ones (2 ranks: src/coll/defaults.rs
-    /// `default_algo`). That choice was measured on 2 x H200 while the
-    /// balanced loop kept one load in flight per thread (its array on the
-    /// stack; twenty-eighth session), so it is to be measured again. A
-    /// tuning: alone it keeps `auto`'s choices.
-    pub no_classic: bool,
+    /// `classic2`: at 2 ranks the classic copy and reduction loops under
+    /// `auto`'s choices, as `auto` ran from 2026-11-24 to the twenty-ninth
+    /// session (src/coll/defaults.rs `default_algo`), for the A/B across
+    /// GPUs. A tuning: alone it keeps `auto`'s choices.
+    pub classic_two_ranks: bool,
 }
 
 impl Algo {
@@ -198,13 +196,13 @@ impl Algo {
             norm_loopback: false,
             no_norm_loopback: false,
             own_staged: false,
-            no_classic: false,
+            classic_two_ranks: false,
         };
 
     /// Whether this leaves every choice to the defaults (a `grid=N` cap
     /// and `spread` / `nospread` / `prefetch` / `nopdl` / `fullsync` /
     /// `serial` / `rsag` / `batch` / `nobatch` / `normwrite` / `nonormwrite` /
-    /// `loopback` / `noloopback` / `ownstaged` / `noclassic` aside: they tune kernels,
+    /// `loopback` / `noloopback` / `ownstaged` / `classic2` aside: they tune kernels,
     /// or in `rsag`'s and `normwrite`'s cases how the all-reduce or the
     /// fused norm uses the other collectives' choices, not the choice of
     /// kernel elsewhere).
@@ -216,7 +214,7 @@ impl Algo {
                             norm_batch_log2: t.norm_batch_log2, no_norm_batch: t.no_norm_batch,
                             norm_write: t.norm_write, no_norm_write: t.no_norm_write,
                             norm_loopback: t.norm_loopback, no_norm_loopback: t.no_norm_loopback,
-                            own_staged: t.own_staged, no_classic: t.no_classic, ..self };
+                            own_staged: t.own_staged, classic_two_ranks: t.classic_two_ranks, ..self };
         choice == Algo::AUTO
     }
 
@@ -249,7 +247,7 @@ impl Algo {
                 "pipe" => a.pipe = true,
                 "p2p" => a.p2p = true,
                 "classic" => a.classic = true,
-                "noclassic" | "no_classic" | "no-classic" => a.no_classic = true,
+                "classic2" | "classic_2" | "classic-2" => a.classic_two_ranks = true,
                 "spread" => a.spread = true,
                 "nospread" | "no_spread" | "no-spread" => a.no_spread = true,
                 "prefetch" => a.prefetch = true,
@@ -286,7 +284,7 @@ impl Algo {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
                          p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, noclassic, \
+                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, classic2, \
                          joined with '+')"
                     ))
                 }
@@ -304,8 +302,8 @@ impl Algo {
         if a.norm_loopback && a.no_norm_batch {
             return Err(format!("\"{s}\" names both loopback and nobatch (loopback is the batched entry's)"));
         }
-        if a.classic && a.no_classic {
-            return Err(format!("\"{s}\" names both classic and noclassic"));
+        if a.classic && a.classic_two_ranks {
+            return Err(format!("\"{s}\" names both classic and classic2 (classic2 is auto's at 2 ranks, classic every kernel's)"));
         }
         if a.norm_loopback && a.no_norm_loopback {
             return Err(format!("\"{s}\" names both loopback and noloopback"));
@@ -345,7 +343,7 @@ impl Algo {
         // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
-        // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53, noclassic 54.
+        // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53, classic2 54.
         let shape = self.p2p_shape.to_bits();
         let low = base | (self.push as u32) << 2 | (self.pipe as u32) << 3 | (self.p2p as u32) << 4
             | (self.classic as u32) << 5
@@ -365,7 +363,7 @@ impl Algo {
             | (self.norm_loopback as u64) << 51
             | (self.no_norm_loopback as u64) << 52
             | (self.own_staged as u64) << 53
-            | (self.no_classic as u64) << 54
+            | (self.classic_two_ranks as u64) << 54
     }
 
     fn from_bits(wide: u64) -> Algo {
@@ -396,7 +394,7 @@ impl Algo {
             norm_loopback: wide >> 51 & 1 != 0,
             no_norm_loopback: wide >> 52 & 1 != 0,
             own_staged: wide >> 53 & 1 != 0,
-            no_classic: wide >> 54 & 1 != 0,
+            classic_two_ranks: wide >> 54 & 1 != 0,
         }
     }
 }
@@ -433,7 +431,7 @@ impl std::fmt::Display for Algo {
             (self.norm_loopback, "loopback"),
             (self.no_norm_loopback, "noloopback"),
             (self.own_staged, "ownstaged"),
-            (self.no_classic, "noclassic"),
+            (self.classic_two_ranks, "classic2"),
         ] {
             if on {
                 parts.push(name);
@@ -746,12 +744,12 @@ mod tests {
         assert_eq!((Algo::from_bits(os.to_bits()), os.to_string().as_str()), (os, "auto+ownstaged"));
         let a = Algo::parse(&format!("ownstaged+noloopback+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 53 clear of the rest");
-        let nc = Algo::parse("No-Classic").unwrap();
-        assert!(nc.no_classic && nc.is_auto() && !Algo::AUTO.no_classic, "noclassic keeps auto's choices");
-        assert_eq!((Algo::from_bits(nc.to_bits()), nc.to_string().as_str()), (nc, "auto+noclassic"));
-        let a = Algo::parse(&format!("noclassic+ownstaged+{every}")).unwrap();
+        let c2 = Algo::parse("Classic-2").unwrap();
+        assert!(c2.classic_two_ranks && c2.is_auto() && !Algo::AUTO.classic_two_ranks, "classic2 keeps auto's choices");
+        assert_eq!((Algo::from_bits(c2.to_bits()), c2.to_string().as_str()), (c2, "auto+classic2"));
+        let a = Algo::parse(&format!("classic2+ownstaged+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 54 clear of the rest");
-        assert!(Algo::parse("classic+noclassic").unwrap_err().contains("both"));
+        assert!(Algo::parse("classic+classic2").unwrap_err().contains("both"));
     }
 
     #[test]
