@@ -733,22 +733,19 @@ mod tests {
         let a = Algo::parse(&format!("loopback+{every}")).unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 51 clear of the rest");
         assert!(Algo::parse("loopback+nobatch").unwrap_err().contains("both"));
-        let nl = Algo::parse("No-Loopback").unwrap();
-        assert!(nl.no_norm_loopback && nl.is_auto() && !Algo::AUTO.no_norm_loopback, "noloopback keeps auto's choices");
-        assert_eq!((Algo::from_bits(nl.to_bits()), nl.to_string().as_str()), (nl, "auto+noloopback"));
-        let a = Algo::parse(&format!("noloopback+{every}")).unwrap();
-        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 52 clear of the rest");
+        // A one-flag tuning: parsed in any spelling, auto's choices kept,
+        // printed back, and its bit clear of every other field's.
+        let tuning = |spelled: &str, printed: &str, flag: fn(&Algo) -> bool, beside: &str| {
+            let t = Algo::parse(spelled).unwrap();
+            assert!(flag(&t) && t.is_auto() && !flag(&Algo::AUTO), "{printed} keeps auto's choices");
+            assert_eq!((Algo::from_bits(t.to_bits()), t.to_string()), (t, format!("auto+{printed}")));
+            let a = Algo::parse(&format!("{printed}+{beside}+{every}")).unwrap();
+            assert_eq!(Algo::from_bits(a.to_bits()), a, "{printed}'s bit clear of the rest");
+        };
+        tuning("No-Loopback", "noloopback", |a| a.no_norm_loopback, "ownstaged");
         assert!(Algo::parse("loopback+noloopback").unwrap_err().contains("both"));
-        let os = Algo::parse("Own-Staged").unwrap();
-        assert!(os.own_staged && os.is_auto() && !Algo::AUTO.own_staged, "ownstaged keeps auto's choices");
-        assert_eq!((Algo::from_bits(os.to_bits()), os.to_string().as_str()), (os, "auto+ownstaged"));
-        let a = Algo::parse(&format!("ownstaged+noloopback+{every}")).unwrap();
-        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 53 clear of the rest");
-        let c2 = Algo::parse("Classic-2").unwrap();
-        assert!(c2.classic_two_ranks && c2.is_auto() && !Algo::AUTO.classic_two_ranks, "classic2 keeps auto's choices");
-        assert_eq!((Algo::from_bits(c2.to_bits()), c2.to_string().as_str()), (c2, "auto+classic2"));
-        let a = Algo::parse(&format!("classic2+ownstaged+{every}")).unwrap();
-        assert_eq!(Algo::from_bits(a.to_bits()), a, "bit 54 clear of the rest");
+        tuning("Own-Staged", "ownstaged", |a| a.own_staged, "noloopback");
+        tuning("Classic-2", "classic2", |a| a.classic_two_ranks, "ownstaged");
         assert!(Algo::parse("classic+classic2").unwrap_err().contains("both"));
     }
 
