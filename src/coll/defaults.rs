@@ -19,8 +19,9 @@ use crate::cuda::abi::{OpId, MODE_CLASSIC};
 /// it does not run the send/recv engine) and 0-19 % on symmetric ones,
 /// the symmetric reduce-scatter in place at 256 MiB excepted (+3 %); the
 /// kernels without these loops (push, the engine) unchanged
-/// (docs/PERFORMANCE.md, twenty-ninth session). `classic2` gives the loops of before back at 2
-/// ranks, keeping `auto`'s other choices, for the A/B across GPUs.
+/// (docs/PERFORMANCE.md, twenty-ninth session). `classic2` gives the
+/// loops of before back at 2 ranks, keeping `auto`'s other choices, for
+/// the A/B across GPUs.
 /// `grid=N`, `spread`, `nospread`, `prefetch`, `nopdl` and `fullsync` tune kernels and
 /// leave the choice `auto` ([`Algo::is_auto`]).
 pub(super) fn default_algo(chosen: Algo, nranks: usize) -> Algo {

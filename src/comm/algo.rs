@@ -303,7 +303,13 @@ impl Algo {
             return Err(format!("\"{s}\" names both loopback and nobatch (loopback is the batched entry's)"));
         }
         if a.classic && a.classic_two_ranks {
-            return Err(format!("\"{s}\" names both classic and classic2 (classic2 is auto's at 2 ranks, classic every kernel's)"));
+            return Err(format!(
+                "\"{s}\" names both classic and classic2 (classic: the classic loops in every kernel; classic2: at 2 ranks \
+                 under auto's choices)"
+            ));
+        }
+        if a.classic_two_ranks && !a.is_auto() {
+            return Err(format!("\"{s}\": classic2 keeps auto's choices; with kernels named, name classic instead"));
         }
         if a.norm_loopback && a.no_norm_loopback {
             return Err(format!("\"{s}\" names both loopback and noloopback"));
@@ -739,14 +745,17 @@ mod tests {
             let t = Algo::parse(spelled).unwrap();
             assert!(flag(&t) && t.is_auto() && !flag(&Algo::AUTO), "{printed} keeps auto's choices");
             assert_eq!((Algo::from_bits(t.to_bits()), t.to_string()), (t, format!("auto+{printed}")));
-            let a = Algo::parse(&format!("{printed}+{beside}+{every}")).unwrap();
+            let a = Algo::parse(&format!("{printed}+{beside}")).unwrap();
             assert_eq!(Algo::from_bits(a.to_bits()), a, "{printed}'s bit clear of the rest");
         };
-        tuning("No-Loopback", "noloopback", |a| a.no_norm_loopback, "ownstaged");
+        tuning("No-Loopback", "noloopback", |a| a.no_norm_loopback, &format!("ownstaged+{every}"));
         assert!(Algo::parse("loopback+noloopback").unwrap_err().contains("both"));
-        tuning("Own-Staged", "ownstaged", |a| a.own_staged, "noloopback");
-        tuning("Classic-2", "classic2", |a| a.classic_two_ranks, "ownstaged");
+        tuning("Own-Staged", "ownstaged", |a| a.own_staged, &format!("noloopback+{every}"));
+        // classic2 under auto only: beside every other tuning.
+        let tunings = "grid=128+spread+prefetch+nopdl+fullsync+serial+rsag+batch=4+normwrite+loopback+ownstaged";
+        tuning("Classic-2", "classic2", |a| a.classic_two_ranks, tunings);
         assert!(Algo::parse("classic+classic2").unwrap_err().contains("both"));
+        assert!(Algo::parse("twoshot+classic2").unwrap_err().contains("name classic instead"));
     }
 
     #[test]
