@@ -86,3 +86,26 @@ def test_documented_names_exist():
         assert callable(getattr(symmcomm, name)), name
     assert (README.parent / "examples" / "python" / "one_shot_all_reduce_triton.py").is_file()
     assert (README.parent / "python" / "tests" / "gpu" / "run.sh").is_file()
+
+
+def _algo_tokens():
+    # The tokens the parser accepts, as its error for an unknown one lists
+    # them (src/comm/algo.rs `Algo::parse`).
+    src = (README.parent / "src" / "comm" / "algo.rs").read_text()
+    listed = re.search(r"\(tokens: (.*?)joined with '\+'\)", src, re.S).group(1)
+    listed = re.sub(r'\\\s*\n\s*', "", listed)  # the string's line continuations
+    return [t.strip() for t in listed.split(",") if t.strip()]
+
+
+def test_every_algorithm_token_is_documented():
+    text = README.read_text()
+    section = text[text.index("### Choosing kernels (`SYMM_ALGO`)"):text.index("## Using the library")]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    # A token's name without its values: "p2p:blocks=N:kib=K" and "grid=N"
+    # stand for p2p and grid.
+    name = lambda t: re.split(r"[:=]", t)[0]
+    documented = {name(t) for ln in rows for t in re.findall(r"`([^`]+)`", ln.split(" | ")[0])}
+    tokens = {name(t) for t in _algo_tokens()}
+    assert len(tokens) >= 25 and {"classic2", "ownstaged", "p2p", "grid"} <= tokens, tokens
+    assert not tokens - documented, f"SYMM_ALGO tokens with no row in the README: {sorted(tokens - documented)}"
+    assert not documented - tokens, f"the README documents tokens the parser does not take: {sorted(documented - tokens)}"

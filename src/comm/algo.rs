@@ -653,6 +653,17 @@ mod tests {
         assert!(c.classic && c.base == Base::Auto && !c.push);
         assert!(Algo::parse("oneshot+twoshot").is_err(), "two base choices");
         assert!(Algo::parse("fast").unwrap_err().contains("fast"));
+        // Every token the error lists parses (with values for N, K, W): the
+        // list is what the README's token table is checked against
+        // (python/tests/test_readme.py).
+        let err = Algo::parse("fast").unwrap_err();
+        let listed = err.split("(tokens: ").nth(1).and_then(|t| t.split(" joined with").next()).unwrap();
+        let tokens: Vec<&str> = listed.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+        assert!(tokens.len() >= 25 && tokens.contains(&"classic2"), "{tokens:?}");
+        for tok in tokens {
+            let valued = tok.replace("=N", "=4").replace("=K", "=64").replace("=W", "=4");
+            assert!(Algo::parse(&valued).is_ok(), "listed token {tok} ({valued}) does not parse");
+        }
         for bits in 0..64 {
             let a = Algo::from_bits(bits);
             assert_eq!(Algo::from_bits(a.to_bits()), a);
