@@ -283,9 +283,9 @@ impl Algo {
                 other => {
                     return Err(format!(
                         "unknown algorithm \"{other}\" in \"{s}\" (tokens: auto, ll, oneshot, twoshot, push, write, pipe, p2p, \
-                         p2p:blocks=N:kib=K:warps=W, classic, grid=N, spread, nospread, prefetch, pdl, nopdl, lightsync, \
-                         fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, loopback, noloopback, ownstaged, classic2, \
-                         joined with '+')"
+                         p2p:blocks=N:kib=K:warps=W:direct=D:stride=S:ll=L, classic, grid=N, spread, nospread, prefetch, \
+                         pdl, nopdl, lightsync, fullsync, serial, rsag, batch, batch=N, nobatch, normwrite, nonormwrite, \
+                         loopback, noloopback, ownstaged, classic2, joined with '+')"
                     ))
                 }
             }
@@ -653,7 +653,7 @@ mod tests {
         assert!(c.classic && c.base == Base::Auto && !c.push);
         assert!(Algo::parse("oneshot+twoshot").is_err(), "two base choices");
         assert!(Algo::parse("fast").unwrap_err().contains("fast"));
-        // Every token the error lists parses (with values for N, K, W): the
+        // Every token the error lists parses (with values for its letters): the
         // list is what the README's token table is checked against
         // (python/tests/test_readme.py).
         let err = Algo::parse("fast").unwrap_err();
@@ -661,7 +661,9 @@ mod tests {
         let tokens: Vec<&str> = listed.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
         assert!(tokens.len() >= 25 && tokens.contains(&"classic2"), "{tokens:?}");
         for tok in tokens {
-            let valued = tok.replace("=N", "=4").replace("=K", "=64").replace("=W", "=4");
+            let valued = [("=N", "=4"), ("=K", "=64"), ("=W", "=4"), ("=D", "=64"), ("=S", "=4"), ("=L", "=64")]
+                .iter()
+                .fold(tok.to_string(), |t, (letter, value)| t.replace(letter, value));
             assert!(Algo::parse(&valued).is_ok(), "listed token {tok} ({valued}) does not parse");
         }
         for bits in 0..64 {
