@@ -172,7 +172,7 @@ fn remove_stale(cache: &Path, families: &[Family], keep_old: usize, shared: bool
         .flatten()
         .map(|e| (e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH), e.path()))
         .collect();
-    entries.sort_by(|a, b| b.0.cmp(&a.0)); // newest first
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0)); // newest first
     let mut kept_per_family = std::collections::BTreeMap::<&str, usize>::new();
     for (_, path) in entries {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");

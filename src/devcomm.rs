@@ -256,7 +256,7 @@ pub(crate) fn validate(req: &symmDevCommRequirements) -> Result<()> {
     if req.signalCount > SYMM_DEV_MAX_SIGNALS as u32 {
         bail!(symmInvalidArgument, "req->signalCount {} exceeds SYMM_DEV_MAX_SIGNALS ({SYMM_DEV_MAX_SIGNALS})", req.signalCount);
     }
-    if req.llBytes > SYMM_DEV_MAX_LL_BYTES || req.llBytes % 16 != 0 {
+    if req.llBytes > SYMM_DEV_MAX_LL_BYTES || !req.llBytes.is_multiple_of(16) {
         bail!(
             symmInvalidArgument,
             "req->llBytes {} must be a multiple of 16 (one packet) and at most SYMM_DEV_MAX_LL_BYTES ({SYMM_DEV_MAX_LL_BYTES})",

@@ -90,7 +90,7 @@ pub fn wait_signal(comm: &Comm, peer: i32, channel: i32, stream: CUstream) -> Re
 /// (ours or a peer's) of a symmetric or registered buffer, or plain memory
 /// of this device.
 fn check_word(comm: &Comm, addr: *const c_void) -> Result<()> {
-    if addr as usize % 4 != 0 {
+    if !(addr as usize).is_multiple_of(4) {
         bail!(symmInvalidArgument, "address {addr:p} is not 4-byte aligned");
     }
     if comm.mem.reachable(addr as u64, 4) {

@@ -246,7 +246,7 @@ fn check(r: &NormRequest) -> Result<symmDataType_t> {
         bail!(symmInvalidArgument, "datatype {dtype:?}: the fused all-reduce + RMSNorm takes symmBfloat16, symmFloat16 or symmFloat32");
     }
     let es = dtype.size();
-    if r.hidden == 0 || (r.hidden * es) % 16 != 0 {
+    if r.hidden == 0 || !(r.hidden * es).is_multiple_of(16) {
         bail!(symmInvalidArgument, "hidden {} is not a positive multiple of {} elements (rows must be 16-byte multiples)", r.hidden, 16 / es);
     }
     let max_hidden = (NORM_MAX_UNITS * NORM_MAX_THREADS * 8) as usize / es;
@@ -333,7 +333,7 @@ pub fn all_reduce_add_rms_norm(comm: &Comm, stream: CUstream, r: &NormRequest) -
     // In place is only ever the same type (check: an fp8 out never aliases
     // the input), the one output the fenced entry writes (the batched one
     // writes every output).
-    let in_place = r.out as usize == r.input as usize;
+    let in_place = std::ptr::eq(r.out, r.input);
     let spread = spread(&call, r.tokens, in_place);
     let form = choose_form(&FormInputs {
         nranks: comm.nranks,

@@ -435,7 +435,7 @@ impl Request {
         }
         let send_buf = if send_bytes > 0 { comm.check_buffer(self.send, send_bytes, "sendbuff")? } else { None };
         // In place the output is the input, already checked.
-        let same = send_bytes == recv_bytes && self.send == self.recv as *const c_void;
+        let same = send_bytes == recv_bytes && std::ptr::eq(self.send, self.recv);
         let recv_buf = if recv_bytes == 0 {
             None
         } else if same {

@@ -91,6 +91,7 @@ pub(crate) fn direct_offset(comm: &Comm, buf: u64, known: bool) -> u64 {
 /// at most `shape`'s LL size, and its packets plus the header packet fit
 /// an LL slot of `ll_slot` bytes (kernels/sendrecv.cu p2p_is_ll decides
 /// alike). Each end decides from its own bytes.
+#[allow(clippy::int_plus_one)] // "+ 1": the header packet, as the sentence above counts it
 pub(crate) fn is_ll(bytes: u64, shape: P2PShape, ll_slot: u64) -> bool {
     bytes <= shape.ll_max() && bytes.div_ceil(8) + 1 <= ll_slot / 16
 }
@@ -180,7 +181,7 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
     let algo = comm.coll.algo.get();
     let sized = sized_shape(algo);
     let f = dev.module().function(if sized.is_some() { c"symm_sendrecv_sized" } else { c"symm_sendrecv" })?;
-    const _: () = assert!(COLL_THREADS % P2P_GROUP == 0 && COLL_THREADS / P2P_GROUP <= 15);
+    const _: () = assert!(COLL_THREADS.is_multiple_of(P2P_GROUP) && COLL_THREADS / P2P_GROUP <= 15);
     let ring_slots = comm.coll.p2p_ring_slots();
     debug_assert!(ring_slots.is_power_of_two() && (P2P_RING..=P2P_RING_MAX).contains(&ring_slots));
     let ring_bits = if ring_slots == P2P_RING { 0 } else { ring_slots.trailing_zeros() << P2P_RING_SHIFT };

@@ -153,7 +153,7 @@ pub extern "C" fn symmAllGatherWithProgress(
         if flags.is_null() {
             crate::error::bail!(symmInvalidArgument, "flags is NULL");
         }
-        if flags as usize % 4 != 0 {
+        if !(flags as usize).is_multiple_of(4) {
             crate::error::bail!(symmInvalidArgument, "flags ({flags:p}) is not 4-byte aligned");
         }
         coll::allgather::all_gather_progress(call, flags as u64, chunkCount as u64)

@@ -18,7 +18,7 @@ pub extern "C" fn symmMemset32(dst: *mut c_void, value: u32, count: usize, comm:
         if dst.is_null() {
             bail!(symmInvalidArgument, "dst is NULL with count {count}");
         }
-        if dst as usize % 4 != 0 {
+        if !(dst as usize).is_multiple_of(4) {
             bail!(symmInvalidArgument, "dst ({dst:p}) is not 4-byte aligned");
         }
         let Some(bytes) = count.checked_mul(4) else {

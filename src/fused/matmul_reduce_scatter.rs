@@ -119,7 +119,7 @@ unsafe impl Send for Call {}
 /// nothing to do.
 pub fn check(comm: &Comm, call: &Call) -> Result<bool> {
     state::check_comm(comm, call.stream)?;
-    if call.m % comm.nranks != 0 {
+    if !call.m.is_multiple_of(comm.nranks) {
         bail!(symmInvalidArgument, "m {} is not a multiple of nranks {}: every rank gets m / nranks rows", call.m, comm.nranks);
     }
     if call.m == 0 || call.n == 0 {

@@ -101,7 +101,7 @@ pub enum On {
 impl On {
     /// The GEMM stream of a pipeline's `i`-th chunk GEMM.
     pub fn gemm(i: usize) -> On {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             On::Compute
         } else {
             On::Compute2
