@@ -147,6 +147,12 @@ static void comm_checks(symmComm_t bad, symmResult_t want, const char *kw) {
   EXPECT(symmSend(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmSend", kw);
   EXPECT(symmRecv(FAKE_PTR, 4, symmInt32, 0, bad, NULL), want, NULL, "symmRecv", kw);
   EXPECT(symmCommSetCopyEngine(bad, 1), want, NULL, "symmCommSetCopyEngine", kw);
+  symmRedOp_t op_out = (symmRedOp_t)SENTINEL_INT;
+  float one = 1.0f;
+  EXPECT(symmRedOpCreatePreMulSum(&op_out, &one, symmFloat32, symmScalarHostImmediate, bad), want, NULL,
+         "symmRedOpCreatePreMulSum", kw);
+  EXPECT(symmRedOpDestroy((symmRedOp_t)5, bad), want, NULL, "symmRedOpDestroy", kw);
+  CHECK((int)op_out == SENTINEL_INT, "a failed symmRedOpCreatePreMulSum wrote *op");
   /* The fused ops check their descriptor and pointers, then whether
    * cuBLASLt loads (symmNotSupported, which a CPU-only machine gets for a
    * handle that is not live), then the communicator (c_tests/fused). */
@@ -417,6 +423,23 @@ static void live_checks(symmComm_t a, symmComm_t b) {
          "symmAllReduce", "overflow");
   EXPECT(symmAllReduce(host_buf, FAKE_PTR, 4, symmFloat32, symmSum, a, NULL), symmInvalidArgument, a,
          "symmAllReduce", "sendbuff");
+  /* Pre-multiplied sums: the op and its scalar (c_tests/coll/coll_premulsum
+   * uses them). */
+  symmRedOp_t made = (symmRedOp_t)SENTINEL_INT;
+  float one = 1.0f;
+  EXPECT(symmRedOpCreatePreMulSum(NULL, &one, symmFloat32, symmScalarHostImmediate, a), symmInvalidArgument, a,
+         "symmRedOpCreatePreMulSum", "op is NULL");
+  EXPECT(symmRedOpCreatePreMulSum(&made, NULL, symmFloat32, symmScalarHostImmediate, a), symmInvalidArgument, a,
+         "symmRedOpCreatePreMulSum", "scalar is NULL");
+  EXPECT(symmRedOpCreatePreMulSum(&made, &one, (symmDataType_t)12, symmScalarHostImmediate, a), symmInvalidArgument,
+         a, "symmRedOpCreatePreMulSum", "datatype 12");
+  EXPECT(symmRedOpCreatePreMulSum(&made, &one, symmFloat32, (symmScalarResidence_t)2, a), symmInvalidArgument, a,
+         "symmRedOpCreatePreMulSum", "residence 2");
+  EXPECT(symmRedOpCreatePreMulSum(&made, &one, symmFloat32, symmScalarDevice, a), symmInvalidArgument, a,
+         "symmRedOpCreatePreMulSum", "not memory known to CUDA");
+  CHECK((int)made == SENTINEL_INT, "a failed symmRedOpCreatePreMulSum wrote *op");
+  EXPECT(symmRedOpDestroy(symmSum, a), symmInvalidArgument, a, "symmRedOpDestroy", "built-in");
+  EXPECT(symmRedOpDestroy((symmRedOp_t)5, a), symmInvalidArgument, a, "symmRedOpDestroy", "op 5");
   /* The fused all-reduce + RMSNorm: shapes, type, pointers, alignment and
    * aliasing before any buffer is looked at. */
   char *const rn_in = (char *)FAKE_PTR, *const rn_res = rn_in + (1 << 20), *const rn_w = rn_in + (2 << 20),

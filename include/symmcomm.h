@@ -254,6 +254,16 @@ typedef enum {
 } symmScaleMode_t;
 
 /**
+ * Where the scalar of a pre-multiplied sum lives, numbered as
+ * `ncclScalarResidence_t`: read from device memory when each collective
+ * runs, or copied from the host when the op is created.
+ */
+typedef enum {
+  symmScalarDevice = 0,
+  symmScalarHostImmediate = 1,
+} symmScalarResidence_t;
+
+/**
  * Opaque communicator.
  */
 typedef struct symmComm symmComm;
@@ -962,6 +972,24 @@ symmResult_t symmCommSetAlgorithm(symmComm_t comm, const char *algo);
  * symmInvalidUsage when the process runs without SYMM_TIMELINE=1.
  */
 symmResult_t symmCommGetTimeline(symmComm_t comm, symmTimelineEvent_t *events, size_t capacity, size_t *count);
+
+/**
+ * Make a pre-multiplied sum on `comm` and write its number to `*op`: used
+ * with symmAllReduce, symmReduceScatter or symmReduce on `datatype`, the
+ * result is the sum over ranks of each rank's own scalar times its input.
+ * `scalar` is one `datatype` element: with symmScalarHostImmediate on the
+ * host, copied now; with symmScalarDevice in this GPU's memory, read each
+ * time a collective runs (so it must outlive them; graph replays see its
+ * current value). Served as a scaling pass over the input, then the sum.
+ */
+symmResult_t symmRedOpCreatePreMulSum(symmRedOp_t *op, void *scalar, symmDataType_t datatype, symmScalarResidence_t residence, symmComm_t comm);
+
+/**
+ * Forget an op made by symmRedOpCreatePreMulSum. Collectives already
+ * enqueued with it are unaffected (their scalar is captured at the call,
+ * or is the caller's device memory).
+ */
+symmResult_t symmRedOpDestroy(symmRedOp_t op, symmComm_t comm);
 
 /**
  * Fill `desc` with the defaults for `dtype` inputs: structSize, A, B and

@@ -45,11 +45,22 @@ pub enum symmRedOp_t {
 /// Number of reduction operations; one past the highest value.
 pub const symmNumOps: c_int = 5;
 
+/// Where the scalar of a pre-multiplied sum lives, numbered as
+/// `ncclScalarResidence_t`: read from device memory when each collective
+/// runs, or copied from the host when the op is created.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum symmScalarResidence_t {
+    symmScalarDevice = 0,
+    symmScalarHostImmediate = 1,
+}
+
 // Inputs arrive as plain ints (a C caller can pass any value, and an
 // out-of-range value in a Rust enum is undefined behaviour). cbindgen
 // renames these aliases to the enum names in the header (cbindgen.toml).
 pub type RawDataType = c_int;
 pub type RawRedOp = c_int;
+pub type RawScalarResidence = c_int;
 
 impl symmDataType_t {
     pub(crate) const ALL: [symmDataType_t; symmNumTypes as usize] = [

@@ -7,7 +7,8 @@
  *             RCCL's ncclAllToAllv (native; grouped sends and receives
  *             when forwarded) and
  *             ncclCommSplit (native, with NCCL halves in auto mode) and a
- *             PreMulSum op (forwarded), with checked results. Run with
+ *             PreMulSum op (native; forwarded with SYMM_NCCL_MODE=nccl),
+ *             with checked results. Run with
  *             SYMM_NCCL_MODE=nccl for a forced-NCCL communicator
  *             (everything forwarded, same checks).
  *   group N   one process, N GPUs: ncclCommInitRank for each GPU inside

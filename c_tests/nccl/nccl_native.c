@@ -19,8 +19,10 @@
  *            parent is destroyed; then ncclMemAlloc segments (as a
  *            torch.cuda.MemPool holds them) window-registered whole and in
  *            part, with all-gather, all-reduce and reduce-scatter from
- *            tensors inside them. The log must show every communicator on
- *            the symmcomm path and the registered inputs read in place.
+ *            tensors inside them; PreMulSum ops (host and device scalars)
+ *            on an all-reduce and a reduce-scatter. The log must show
+ *            every communicator on the symmcomm path and the registered
+ *            inputs read in place.
  * With SYMM_NCCL_MODE=auto (and a real NCCL) the children also get NCCL
  * halves; ranks cannot share a GPU then (NCCL refuses), so it skips.
  * Exit 77 (skip) without enough GPUs. */
@@ -392,6 +394,53 @@ static void check_windows(ncclComm_t c, int n, cudaStream_t s) {
   free(h);
 }
 
+/* One float32 all-reduce (or reduce-scatter) of `count` elements with a
+ * PreMulSum op made for it and destroyed after; the output copied to h. */
+static void premul_once(ncclComm_t c, cudaStream_t s, int reduce_scatter, void *scalar, ncclScalarResidence_t where,
+                        const float *in, float *out, size_t count, float *h) {
+  ncclRedOp_t op;
+  NCCL(c, ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, where, c));
+  if ((int)op < (int)ncclNumOps) DIE("ncclRedOpCreatePreMulSum gave op %d, a built-in op's number", (int)op);
+  if (reduce_scatter)
+    NCCL(c, ncclReduceScatter(in, out, count, ncclFloat32, op, c, s));
+  else
+    NCCL(c, ncclAllReduce(in, out, count, ncclFloat32, op, c, s));
+  CUDA(cudaStreamSynchronize(s));
+  NCCL(c, ncclRedOpDestroy(op, c));
+  CUDA(cudaMemcpy(h, out, count * 4, cudaMemcpyDeviceToHost));
+}
+
+/* ncclRedOpCreatePreMulSum, served natively (with SYMM_NCCL_MODE=symm
+ * there is no NCCL to forward to): an all-reduce with every rank's own
+ * host scalar, as nccl-tests' -o all gives them, then a reduce-scatter with
+ * one device scalar, as FSDP2 divides its gradients. Values are exact. */
+static void check_premulsum(ncclComm_t c, int n, cudaStream_t s) {
+  const size_t count = 4099;
+  float *in, *out, *dev_scalar, *h = malloc(count * 4 * (size_t)n);
+  CUDA(cudaMalloc((void **)&in, count * 4 * (size_t)n));
+  CUDA(cudaMalloc((void **)&out, count * 4 * (size_t)n));
+  CUDA(cudaMalloc((void **)&dev_scalar, 4));
+  fill_value(in, g_rank, count * (size_t)n);
+  float mine = 0.5f * (float)(g_rank + 1), quarter = 0.25f;
+  premul_once(c, s, 0, &mine, ncclScalarHostImmediate, in, out, count, h);
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int q = 0; q < n; q++) want += 0.5f * (float)(q + 1) * value(q, i);
+    if (h[i] != want) DIE("premulsum all-reduce [%zu] = %g, want %g", i, h[i], want);
+  }
+  CUDA(cudaMemcpy(dev_scalar, &quarter, 4, cudaMemcpyHostToDevice));
+  premul_once(c, s, 1, dev_scalar, ncclScalarDevice, in, out, count, h);
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int q = 0; q < n; q++) want += 0.25f * value(q, (size_t)g_rank * count + i);
+    if (h[i] != want) DIE("premulsum reduce-scatter [%zu] = %g, want %g", i, h[i], want);
+  }
+  CUDA(cudaFree(in));
+  CUDA(cudaFree(out));
+  CUDA(cudaFree(dev_scalar));
+  free(h);
+}
+
 static int rank_mesh(int n, ncclUniqueId id, int r, int ngpus) {
   g_rank = r;
   capture_log();
@@ -401,7 +450,8 @@ static int rank_mesh(int n, ncclUniqueId id, int r, int ngpus) {
   ncclComm_t c;
   NCCL(NULL, ncclCommInitRank(&c, n, id, r));
   check_windows(c, n, s);
-  int rows[8], rkey[8], cols[8], ckey[8], noc[8], nkey[8];
+  check_premulsum(c, n, s);
+  int rows[8] = {0}, rkey[8] = {0}, cols[8] = {0}, ckey[8] = {0}, noc[8] = {0}, nkey[8] = {0};
   int grid = n == 4 || n == 8, w = n / 2;
   for (int p = 0; p < n; p++) {
     rows[p] = grid ? p / w : 0;

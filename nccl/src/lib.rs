@@ -5,9 +5,9 @@
 //! - **native** (symmcomm) when all its ranks share a host with peer
 //!   access: collectives with built-in ops and dtypes, gather, scatter,
 //!   send/recv, groups, split and shrink (native children), window
-//!   registration, async errors and abort run on symmcomm; the rest
-//!   (PreMulSum ops, ...) is forwarded to the real NCCL communicator made
-//!   (or split) alongside it;
+//!   registration, PreMulSum ops, async errors and abort run on symmcomm;
+//!   the rest is forwarded to the real NCCL communicator made (or split)
+//!   alongside it;
 //! - **NCCL** for everything else (ranks on several hosts, children of NCCL
 //!   communicators, `SYMM_NCCL_MODE=nccl`).
 //!
@@ -515,11 +515,16 @@ nccl_api!(ncclMemFree / pncclMemFree(ptr: *mut c_void) -> c_int {
 // ---- reduction ops ------------------------------------------------------
 
 nccl_api!(ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut c_int, scalar: *mut c_void, datatype: c_int, residence: c_int, comm: NcclComm) -> c_int {
-    // The op number NCCL returns is >= ncclNumOps, so every collective
-    // using it is forwarded, on every rank.
+    // The op is the communicator's path's: symmcomm's on a native one (a
+    // number >= ncclNumOps that only its collectives know), else NCCL's.
+    // Collectives follow the communicator, so they find it either way.
     boundary("ncclRedOpCreatePreMulSum", comm, || {
         let c = comm::get(comm)?;
         not_null(op, "op")?;
+        if c.native() {
+            // SAFETY: NCCL's signature, passed through; symmcomm checks the rest.
+            return symm_result(unsafe { symm::symmRedOpCreatePreMulSum(op, scalar, datatype, residence, c.symm) }, c.symm, "symmcomm");
+        }
         let (r, rc) = c.forward("ncclRedOpCreatePreMulSum")?;
         let f = real::func(r, r.api.ncclRedOpCreatePreMulSum, "ncclRedOpCreatePreMulSum")?;
         // SAFETY: NCCL's signature.
@@ -530,6 +535,10 @@ nccl_api!(ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut c_int, s
 nccl_api!(ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: NcclComm) -> c_int {
     boundary("ncclRedOpDestroy", comm, || {
         let c = comm::get(comm)?;
+        if c.native() {
+            // SAFETY: a plain value and the communicator's handle.
+            return symm_result(unsafe { symm::symmRedOpDestroy(op, c.symm) }, c.symm, "symmcomm");
+        }
         let (r, rc) = c.forward("ncclRedOpDestroy")?;
         let f = real::func(r, r.api.ncclRedOpDestroy, "ncclRedOpDestroy")?;
         // SAFETY: NCCL's signature.
@@ -574,15 +583,22 @@ fn builtin(datatype: c_int, op: Option<c_int>) -> bool {
     (0..NUM_TYPES).contains(&datatype) && op.is_none_or(|op| (0..NUM_OPS).contains(&op))
 }
 
+/// A reduction's op on a native communicator: a built-in op, or any number
+/// past them, which only ncclRedOpCreatePreMulSum on this communicator gave
+/// out (symmcomm refuses one it did not make, with a message).
+fn native_op(datatype: c_int, op: c_int) -> bool {
+    builtin(datatype, None) && op >= 0
+}
+
 nccl_api!(ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclAllReduce", comm, builtin(datatype, Some(op)),
+    dispatch("ncclAllReduce", comm, native_op(datatype, op),
         // SAFETY (both closures): the caller's arguments, passed through.
         |s| unsafe { symm::symmAllReduce(sendbuff, recvbuff, count, datatype, op, s, stream) },
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclAllReduce, "ncclAllReduce")?(sendbuff, recvbuff, count, datatype, op, rc, stream) }))
 });
 
 nccl_api!(ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclReduce", comm, builtin(datatype, Some(op)),
+    dispatch("ncclReduce", comm, native_op(datatype, op),
         |s| unsafe { symm::symmReduce(sendbuff, recvbuff, count, datatype, op, root, s, stream) },
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclReduce, "ncclReduce")?(sendbuff, recvbuff, count, datatype, op, root, rc, stream) }))
 });
@@ -600,7 +616,7 @@ nccl_api!(ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: c_in
 });
 
 nccl_api!(ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: NcclComm, stream: Stream) -> c_int {
-    dispatch("ncclReduceScatter", comm, builtin(datatype, Some(op)),
+    dispatch("ncclReduceScatter", comm, native_op(datatype, op),
         |s| unsafe { symm::symmReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, s, stream) },
         |r, rc| Ok(unsafe { real::func(r, r.api.ncclReduceScatter, "ncclReduceScatter")?(sendbuff, recvbuff, recvcount, datatype, op, rc, stream) }))
 });

@@ -47,6 +47,8 @@ extern "C" {
     pub fn symmReduceScatter(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, op: c_int, c: SymmComm, st: Stream) -> c_int;
     pub fn symmBroadcast(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, root: c_int, c: SymmComm, st: Stream) -> c_int;
     pub fn symmReduce(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, op: c_int, root: c_int, c: SymmComm, st: Stream) -> c_int;
+    pub fn symmRedOpCreatePreMulSum(op: *mut c_int, scalar: *mut c_void, dt: c_int, residence: c_int, c: SymmComm) -> c_int;
+    pub fn symmRedOpDestroy(op: c_int, c: SymmComm) -> c_int;
     pub fn symmAllToAll(s: *const c_void, r: *mut c_void, n: usize, dt: c_int, c: SymmComm, st: Stream) -> c_int;
     #[allow(clippy::too_many_arguments)]
     pub fn symmAllToAllv(

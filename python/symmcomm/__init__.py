@@ -14,7 +14,9 @@ described in ``symmcomm._library`` (SYMMCOMM_LIBRARY first).
 """
 
 from ._library import FUNCTIONS, SymmLibrary, discover, library
-from ._types import SIGNAL_CHANNELS, SPLIT_NOCOLOR, UNIQUE_ID_BYTES, Cmp, DataType, ReduceOp, Result, ScaleMode
+from ._types import (
+    SIGNAL_CHANNELS, SPLIT_NOCOLOR, UNIQUE_ID_BYTES, Cmp, DataType, ReduceOp, Result, ScalarResidence, ScaleMode,
+)
 from .communicator import Communicator, P2POp, get_unique_id, group, group_end, group_start
 from .errors import (
     LibraryNotFoundError,
@@ -52,6 +54,7 @@ __all__ = [
     "DataType",
     "Result",
     "Cmp",
+    "ScalarResidence",
     "ScaleMode",
     "SPLIT_NOCOLOR",
     "SIGNAL_CHANNELS",

@@ -40,6 +40,7 @@ symmResult_t = ctypes.c_int
 symmDataType_t = ctypes.c_int
 symmRedOp_t = ctypes.c_int
 symmCmp_t = ctypes.c_int
+symmScalarResidence_t = ctypes.c_int
 symmComm_t = ctypes.c_void_p
 cudaStream_t = ctypes.c_void_p  # struct CUstream_st *
 buffer_t = ctypes.c_void_p
@@ -147,6 +148,9 @@ FUNCTIONS: list[Function] = [
     Function("symmSend", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmRecv", symmResult_t, [buffer_t, c_size_t, symmDataType_t, c_int, symmComm_t, cudaStream_t]),
     Function("symmCommSetCopyEngine", symmResult_t, [symmComm_t, c_int]),
+    Function("symmRedOpCreatePreMulSum", symmResult_t,
+             [P(symmRedOp_t), c_void_p, symmDataType_t, symmScalarResidence_t, symmComm_t]),
+    Function("symmRedOpDestroy", symmResult_t, [symmRedOp_t, symmComm_t]),
     Function("symmCommSetAlgorithm", symmResult_t, [symmComm_t, c_char_p]),
     Function("symmCommGetTimeline", symmResult_t, [symmComm_t, c_void_p, c_size_t, P(c_size_t)]),
     # The device API's host half; its structs are for CUDA C++ kernels, so
@@ -433,6 +437,18 @@ class SymmLibrary:
 
     def symmCommSetCopyEngine(self, comm: int, enable: bool) -> None:
         self.call("symmCommSetCopyEngine", comm, int(bool(enable)), comm=comm)
+
+    def symmRedOpCreatePreMulSum(self, scalar: int, dtype, residence, comm: int) -> int:
+        """A pre-multiplied sum's op number, for symmAllReduce, symmReduceScatter
+        and symmReduce of `dtype` on `comm`; `scalar` is the address of one
+        element (host memory with ScalarHostImmediate, device memory with
+        ScalarDevice)."""
+        op = ctypes.c_int()
+        self.call("symmRedOpCreatePreMulSum", ctypes.byref(op), scalar, dtype, residence, comm, comm=comm)
+        return op.value
+
+    def symmRedOpDestroy(self, op: int, comm: int) -> None:
+        self.call("symmRedOpDestroy", op, comm, comm=comm)
 
     # -- stream-ordered primitives -----------------------------------------
     def symmMemset32(self, dst: int, value: int, count: int, comm: int, stream: int | None) -> None:

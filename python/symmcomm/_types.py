@@ -102,6 +102,14 @@ class ScaleMode(_CEnum):
     ScaleRowwise = 2
 
 
+class ScalarResidence(_CEnum):
+    """symmScalarResidence_t (numbered as ncclScalarResidence_t): where a
+    pre-multiplied sum's scalar is."""
+
+    ScalarDevice = 0
+    ScalarHostImmediate = 1
+
+
 # ---------------------------------------------------------------- dtypes ---
 
 #: torch dtype name -> the symmcomm element type it is computed as. Every
@@ -149,7 +157,10 @@ UNSUPPORTED_OPS: dict[str, str] = {
     "BAND": "bitwise reductions are not supported (NCCL has none either)",
     "BOR": "bitwise reductions are not supported (NCCL has none either)",
     "BXOR": "bitwise reductions are not supported (NCCL has none either)",
-    "PREMUL_SUM": "PREMUL_SUM is not supported: scale the tensor, then reduce with SUM",
+    "PREMUL_SUM": (
+        "PREMUL_SUM is not supported by Communicator yet: scale the tensor, then reduce with SUM "
+        "(SymmLibrary.symmRedOpCreatePreMulSum, the C API and the libnccl.so.2 stand-in serve it)"
+    ),
     "UNUSED": "not a reduction",
 }
 

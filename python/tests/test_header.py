@@ -100,6 +100,8 @@ C_TO_CTYPES = {
     "symmRedOp_t": ctypes.c_int,
     "symmCmp_t": ctypes.c_int,
     "symmScaleMode_t": ctypes.c_int,
+    "symmScalarResidence_t": ctypes.c_int,
+    "symmRedOp_t *": P(ctypes.c_int),
     "symmComm_t": ctypes.c_void_p,
     "symmComm_t *": P(ctypes.c_void_p),
     "symmUniqueId": L.symmUniqueId,
@@ -127,6 +129,7 @@ def expect_ctype(ctype: str):
     (T.ReduceOp, "symmRedOp_t"),
     (T.Cmp, "symmCmp_t"),
     (T.ScaleMode, "symmScaleMode_t"),
+    (T.ScalarResidence, "symmScalarResidence_t"),
 ])
 def test_enum_matches_header(header_text, py_enum, c_name):
     enums = header_enums(header_text)

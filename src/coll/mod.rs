@@ -30,6 +30,7 @@ pub mod copy_engine;
 mod defaults;
 pub mod one_rank;
 pub mod p2p;
+pub mod premul_sum;
 mod ranges;
 pub mod reduce;
 pub mod reduce_scatter;
@@ -64,6 +65,8 @@ pub struct Call<'a> {
     pub coll: CollId,
     pub dtype: symmDataType_t,
     pub op: symmRedOp_t,
+    /// A pre-multiplied sum's scalar ([`premul_sum`]); `op` is then a sum.
+    pub premul: Option<crate::comm::red_ops::Scalar>,
     pub root: usize,
     /// Elements: per rank block for all-gather (send count), reduce-scatter
     /// (recv count) and all-to-all (per peer); the whole vector otherwise.
@@ -407,12 +410,9 @@ impl Request {
         let Some(dtype) = symmDataType_t::from_raw(self.dtype) else {
             bail!(symmInvalidArgument, "datatype {} is not a symmDataType_t (0..{})", self.dtype, symmDataType_t::ALL.len() - 1);
         };
-        let op = match self.op {
-            None => symmRedOp_t::symmSum,
-            Some(raw) => match symmRedOp_t::from_raw(raw) {
-                Some(op) => op,
-                None => bail!(symmInvalidArgument, "op {raw} is not a symmRedOp_t (0..{})", symmRedOp_t::ALL.len() - 1),
-            },
+        let (op, premul) = match self.op {
+            None => (symmRedOp_t::symmSum, None),
+            Some(raw) => premul_sum::resolve(comm, raw, dtype)?,
         };
         let root = match self.root {
             None => 0,
@@ -449,6 +449,7 @@ impl Request {
             coll: self.coll,
             dtype,
             op,
+            premul,
             root,
             count: self.count as u64,
             send: self.send as u64,
@@ -530,7 +531,7 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
             ]),*]
         };
     }
-    static NAMES: [[&str; 12]; 11] = names!(
+    static NAMES: [[&str; 12]; 12] = names!(
         "allreduce",
         "reduce_scatter",
         "reduce",
@@ -541,7 +542,8 @@ pub fn reduce_kernel(family: usize, dtype: symmDataType_t) -> &'static CStr {
         "reduce_scatter_pipe",
         "allreduce_ll2",
         "allreduce_write",
-        "reduce_scatter_write"
+        "reduce_scatter_write",
+        "premul_scale"
     );
     let s = NAMES[family][dtype as usize];
     CStr::from_bytes_with_nul(s.as_bytes()).expect("kernel names are NUL-terminated")
@@ -558,6 +560,8 @@ pub(crate) const FAMILY_REDUCE_SCATTER_PIPE: usize = 7;
 pub(crate) const FAMILY_ALLREDUCE_LL_TWO_SHOT: usize = 8;
 pub(crate) const FAMILY_ALLREDUCE_WRITE: usize = 9;
 pub(crate) const FAMILY_REDUCE_SCATTER_WRITE: usize = 10;
+/// Not a reduction: the pre-multiplied sum's scaling pass.
+pub(crate) const FAMILY_PREMUL_SCALE: usize = 11;
 
 /// Element types the opt-in push and pipelined kernels are built for
 /// (kernels/pipe.cuh, SYMM_FOR_EACH_OPT_IN_TYPE); other types run the
@@ -582,6 +586,7 @@ mod tests {
         assert!(opt_in_dtype(symmDataType_t::symmFloat32) && !opt_in_dtype(symmDataType_t::symmInt32));
         assert_eq!(reduce_kernel(FAMILY_REDUCE_SCATTER_PIPE, symmDataType_t::symmFloat32), c"symm_reduce_scatter_pipe_f32");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_LL_TWO_SHOT, symmDataType_t::symmFloat64), c"symm_allreduce_ll2_f64");
+        assert_eq!(reduce_kernel(FAMILY_PREMUL_SCALE, symmDataType_t::symmInt64), c"symm_premul_scale_i64");
         assert_eq!(reduce_kernel(FAMILY_ALLREDUCE_WRITE, symmDataType_t::symmBfloat16), c"symm_allreduce_write_bf16");
         assert_eq!(
             reduce_kernel(FAMILY_REDUCE_SCATTER_WRITE, symmDataType_t::symmFloat16),

@@ -3,6 +3,7 @@
 
 pub mod algo;
 pub mod coll_state;
+pub mod red_ops;
 
 use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +96,8 @@ pub struct Comm {
     /// Live device communicators (symmDevCommCreate): handle -> the
     /// symmetric allocation holding their slots.
     pub dev_comms: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// Reduction ops created on it (symmRedOpCreatePreMulSum).
+    pub red_ops: red_ops::RedOps,
 }
 
 /// The parts made before the collective set-up of device state.
@@ -249,6 +252,7 @@ impl Comm {
             last_error: Mutex::new(CString::default()),
             aborted: AtomicBool::new(false),
             dev_comms: Mutex::new(Default::default()),
+            red_ops: Default::default(),
         })
     }
 

@@ -143,3 +143,16 @@ pub fn check_device_buffer(dev: &Device, ptr: *const c_void, bytes: usize, what:
     }
     Ok((base, base + size as u64))
 }
+
+/// Whether the host may read `ptr`: anything but device memory that is not
+/// managed (a device pointer read on the host faults instead of failing).
+/// Memory CUDA does not know (pageable host memory) is the host's.
+pub fn host_readable(ptr: *const c_void) -> bool {
+    let mut mem_type: u32 = 0;
+    let mut managed: u32 = 0;
+    let mut attrs = [CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED];
+    let mut data: [*mut c_void; 2] = [(&mut mem_type as *mut u32).cast(), (&mut managed as *mut u32).cast()];
+    // SAFETY: two attributes, each with an out pointer of its documented type.
+    let res = unsafe { sys::cuPointerGetAttributes(2, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as CUdeviceptr) };
+    res != sys::CUresult::CUDA_SUCCESS || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || managed != 0
+}

@@ -21,7 +21,8 @@ fn collective(
         // Current for the checks and the launch (one switch per call).
         let _cur = c.device.make_current()?;
         match req.validate(&c, stream.cast())? {
-            Some(call) => run(&call),
+            // A pre-multiplied sum's op scales the input, then `run` sums.
+            Some(call) => coll::premul_sum::run(&call, run),
             None => Ok(()),
         }
     })

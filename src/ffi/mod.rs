@@ -22,6 +22,7 @@ pub mod primitives;
 pub mod memory;
 pub mod group;
 pub mod coll;
+pub mod red_op;
 pub mod fused;
 pub mod device;
 

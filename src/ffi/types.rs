@@ -9,8 +9,8 @@ use crate::comm::Comm;
 // The element types and reduction ops belong to the core (collectives use
 // them); the boundary re-exports them so the header and callers see one set.
 pub use crate::types::{
-    symmChar, symmDataType_t, symmDouble, symmFloat, symmHalf, symmInt, symmNumOps, symmNumTypes, symmRedOp_t, RawDataType,
-    RawRedOp,
+    symmChar, symmDataType_t, symmDouble, symmFloat, symmHalf, symmInt, symmNumOps, symmNumTypes, symmRedOp_t, symmScalarResidence_t,
+    RawDataType, RawRedOp, RawScalarResidence,
 };
 
 /// Library version, equal to the crate version (checked at compile time).

@@ -626,6 +626,38 @@ def graph_capture(c: Ctx):
 
 
 @check
+def premul_sum_through_the_library(c: Ctx):
+    """symmRedOpCreatePreMulSum through SymmLibrary (the Communicator's
+    methods do not take such ops yet): each rank's own host scalar on a
+    float32 all-reduce, then one device scalar on a reduce-scatter."""
+    import ctypes
+
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    lib, handle, n = comm._lib, comm.handle, 4099
+    f32 = symmcomm.DataType.Float32
+    ins = [values(r, W * n, torch.float32, 21, dev) for r in range(W)]
+    x = ins[R].float()
+    out = torch.empty(W * n, dtype=torch.float32, device=dev)
+    stream = torch.cuda.current_stream().cuda_stream
+    mine = ctypes.c_float(0.5 * (R + 1))
+    op = lib.symmRedOpCreatePreMulSum(ctypes.addressof(mine), f32, symmcomm.ScalarResidence.ScalarHostImmediate, handle)
+    c.expect(op >= 5, f"premul op {op} is a built-in op's number")
+    lib.symmAllReduce(x.data_ptr(), out.data_ptr(), W * n, f32, op, handle, stream)
+    torch.cuda.synchronize()
+    lib.symmRedOpDestroy(op, handle)
+    want = sum(0.5 * (r + 1) * ins[r] for r in range(W))
+    c.expect(same(out, want.float(), torch.float32), "premul all-reduce with per-rank host scalars")
+    quarter = torch.full((1,), 0.25, dtype=torch.float32, device=dev)
+    op = lib.symmRedOpCreatePreMulSum(quarter.data_ptr(), f32, symmcomm.ScalarResidence.ScalarDevice, handle)
+    rs = torch.empty(n, dtype=torch.float32, device=dev)
+    lib.symmReduceScatter(x.data_ptr(), rs.data_ptr(), n, f32, op, handle, stream)
+    torch.cuda.synchronize()
+    lib.symmRedOpDestroy(op, handle)
+    want = 0.25 * sum(ins)[R * n:(R + 1) * n]
+    c.expect(same(rs, want.float(), torch.float32), "premul reduce-scatter with a device scalar")
+
+
+@check
 def symmetric_memory_handles(c: Ctx):
     """empty + rendezvous + get_buffer reading every peer's tensor; the
     handle's pointer tables; storage offsets and dtype views."""
