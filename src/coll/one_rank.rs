@@ -21,7 +21,8 @@ pub fn or(run: impl FnOnce(&Call) -> Result<()>) -> impl FnOnce(&Call) -> Result
 }
 
 /// Whether `op` over a single value is that value. Exhaustive, so that a
-/// new op (NCCL's pre-multiplied sum, say) must decide.
+/// new op must decide. (A pre-multiplied sum arrives here as a sum of the
+/// already scaled input: src/coll/premul_sum.rs.)
 fn identity_over_one_value(op: symmRedOp_t) -> bool {
     match op {
         symmRedOp_t::symmSum | symmRedOp_t::symmProd | symmRedOp_t::symmMax | symmRedOp_t::symmMin => true,
