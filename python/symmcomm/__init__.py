@@ -15,7 +15,8 @@ described in ``symmcomm._library`` (SYMMCOMM_LIBRARY first).
 
 from ._library import FUNCTIONS, SymmLibrary, discover, library
 from ._types import (
-    SIGNAL_CHANNELS, SPLIT_NOCOLOR, UNIQUE_ID_BYTES, Cmp, DataType, ReduceOp, Result, ScalarResidence, ScaleMode,
+    SIGNAL_CHANNELS, SPLIT_NOCOLOR, UNIQUE_ID_BYTES, Cmp, DataType, PreMulSum, ReduceOp, Result, ScalarResidence,
+    ScaleMode, premul_sum,
 )
 from .communicator import Communicator, P2POp, get_unique_id, group, group_end, group_start
 from .errors import (
@@ -51,6 +52,8 @@ __all__ = [
     "SymmLibrary",
     "FUNCTIONS",
     "ReduceOp",
+    "PreMulSum",
+    "premul_sum",
     "DataType",
     "Result",
     "Cmp",

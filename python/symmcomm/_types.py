@@ -157,10 +157,6 @@ UNSUPPORTED_OPS: dict[str, str] = {
     "BAND": "bitwise reductions are not supported (NCCL has none either)",
     "BOR": "bitwise reductions are not supported (NCCL has none either)",
     "BXOR": "bitwise reductions are not supported (NCCL has none either)",
-    "PREMUL_SUM": (
-        "PREMUL_SUM is not supported by Communicator yet: scale the tensor, then reduce with SUM "
-        "(SymmLibrary.symmRedOpCreatePreMulSum, the C API and the libnccl.so.2 stand-in serve it)"
-    ),
     "UNUSED": "not a reduction",
 }
 
@@ -190,14 +186,64 @@ def datatype_for(dtype) -> DataType:
     return dt
 
 
-def reduce_op_for(op) -> ReduceOp:
-    """Map ``op`` to a symmcomm ReduceOp. Accepts symmcomm.ReduceOp, a plain
-    int (symmcomm/NCCL numbering), a name ("sum", "avg", "product"...) or a
-    torch.distributed.ReduceOp (matched by name: torch numbers its ops
-    differently from NCCL)."""
+class PreMulSum:
+    """A pre-multiplied sum: out = sum over ranks of factor_r * x_r, each rank
+    with its own ``factor`` (NCCL's ncclRedOpCreatePreMulSum, what torch's
+    ``torch.distributed._make_nccl_premul_sum(factor)`` asks for). ``factor``
+    is a Python number, converted to the reduced tensor's type when the
+    collective is issued, or a one-element tensor on the communicator's GPU
+    of that type, read when the collective runs (so a CUDA graph replays
+    with the value it holds then). Make one with ``symmcomm.premul_sum``."""
+
+    __slots__ = ("factor",)
+
+    def __init__(self, factor):
+        if isinstance(factor, bool) or not (isinstance(factor, (int, float)) or _one_element_tensor(factor)):
+            from .errors import SymmInvalidArgumentError
+
+            raise SymmInvalidArgumentError(
+                int(Result.InvalidArgument),
+                f"a pre-multiplied sum's factor is a number or a one-element tensor, not {factor!r}",
+            )
+        self.factor = factor
+
+    def __repr__(self) -> str:
+        return f"premul_sum({self.factor!r})"
+
+
+def premul_sum(factor) -> PreMulSum:
+    """The reduction op ``sum over ranks of factor * x`` (see PreMulSum), for
+    Communicator.all_reduce, reduce_scatter_tensor and reduce."""
+    return PreMulSum(factor)
+
+
+def _one_element_tensor(t) -> bool:
+    numel = getattr(t, "numel", None)
+    return callable(numel) and hasattr(t, "data_ptr") and numel() == 1
+
+
+def _torch_op_state(op):
+    """(kind, factor) from a torch.distributed.ReduceOp's pickled state, or
+    (None, None) for anything else."""
+    getstate = getattr(op, "__getstate__", None)
+    try:
+        state = getstate() if callable(getstate) else None
+    except TypeError:
+        return None, None
+    if isinstance(state, tuple) and len(state) == 2:
+        return state
+    return None, None
+
+
+def reduce_op_for(op) -> ReduceOp | PreMulSum:
+    """Map ``op`` to a symmcomm ReduceOp, or to a PreMulSum. Accepts
+    symmcomm.ReduceOp, a plain int (symmcomm/NCCL numbering), a name ("sum",
+    "avg", "product"...), a PreMulSum, or a torch.distributed.ReduceOp
+    (matched by name: torch numbers its ops differently from NCCL; PREMUL_SUM
+    with the factor torch keeps in it)."""
     from .errors import SymmInvalidArgumentError, SymmNotSupportedError
 
-    if isinstance(op, ReduceOp):
+    if isinstance(op, (ReduceOp, PreMulSum)):
         return op
     if type(op) is int:
         try:
@@ -206,12 +252,17 @@ def reduce_op_for(op) -> ReduceOp:
             raise SymmInvalidArgumentError(
                 int(Result.InvalidArgument), f"reduction op {op} is not a symmRedOp_t (0..4)"
             ) from None
+    factor = None
     if isinstance(op, str):
         name = op
     else:
         # torch.distributed.ReduceOp.SUM is a pybind11 enum (RedOpType) with
-        # .name; a ReduceOp instance prints as e.g. "ReduceOp.SUM".
+        # .name. A ReduceOp instance pickles as (RedOpType, factor), the
+        # factor set only for PREMUL_SUM (_make_nccl_premul_sum).
         name = getattr(op, "name", None)
+        if not isinstance(name, str):
+            kind, factor = _torch_op_state(op)
+            name = getattr(kind, "name", None)
         if not isinstance(name, str):
             inner = getattr(op, "op", None)
             name = getattr(inner, "name", None) if inner is not None else None
@@ -220,8 +271,19 @@ def reduce_op_for(op) -> ReduceOp:
     key = name.rsplit(".", 1)[-1].upper()
     if key in OP_NAMES:
         return OP_NAMES[key]
+    if key == "PREMUL_SUM":
+        if factor is None and not isinstance(op, str):
+            factor = _torch_op_state(op)[1]
+        if factor is None:
+            raise SymmInvalidArgumentError(
+                int(Result.InvalidArgument),
+                f"reduction op {name} needs its factor: pass symmcomm.premul_sum(factor) "
+                "or torch.distributed._make_nccl_premul_sum(factor)",
+            )
+        return PreMulSum(factor)
     if key in UNSUPPORTED_OPS:
         raise SymmNotSupportedError(int(Result.NotSupported), f"reduction op {name}: {UNSUPPORTED_OPS[key]}")
     raise SymmInvalidArgumentError(
-        int(Result.InvalidArgument), f"unknown reduction op {op!r}; use one of sum, prod, max, min, avg"
+        int(Result.InvalidArgument),
+        f"unknown reduction op {op!r}; use one of sum, prod, max, min, avg or symmcomm.premul_sum(factor)",
     )

@@ -27,7 +27,8 @@ from ._torch import (
     require_torch,
     stream_handle,
 )
-from ._types import SPLIT_NOCOLOR, UNIQUE_ID_BYTES, ReduceOp, Result, reduce_op_for
+from ._premul import premul_op
+from ._types import SPLIT_NOCOLOR, UNIQUE_ID_BYTES, PreMulSum, ReduceOp, Result, reduce_op_for
 from .errors import SymmInvalidUsageError, error_for
 
 __all__ = ["Communicator", "P2POp", "get_unique_id", "group", "group_start", "group_end"]
@@ -426,11 +427,19 @@ class Communicator:
     # ------------------------------------------------------ collectives ---
     def all_reduce(self, tensor, op=ReduceOp.SUM, *, out=None, stream=None):
         """out = op over ranks of ``tensor`` (in place when ``out`` is None).
-        Every op of symmRedOp_t; bool as logical or/and, complex sum/avg.
-        Returns the output tensor."""
+        Every op of symmRedOp_t; bool as logical or/and, complex sum/avg;
+        ``symmcomm.premul_sum(factor)`` or torch's
+        ``_make_nccl_premul_sum(factor)``: the sum of each rank's input times
+        its own factor. Returns the output tensor."""
         self._tensor(tensor, "tensor")
         out = tensor if out is None else self._same_as(out, tensor, "out")
-        dt, factor, rop = reduction_type(tensor.dtype, reduce_op_for(op))
+        rop = reduce_op_for(op)
+        if type(rop) is PreMulSum:
+            with premul_op(self, rop, tensor.dtype) as (dt, factor, number):
+                self._lib.symmAllReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, number,
+                                        self.handle, self._stream(stream))
+            return out
+        dt, factor, rop = reduction_type(tensor.dtype, rop)
         # The raw ctypes function and the result check inline: the most
         # frequent call of a training step skips the wrapper's two frames.
         handle = self.handle
@@ -523,16 +532,17 @@ class Communicator:
 
     def reduce_scatter_tensor(self, output, input, op=ReduceOp.SUM, *, stream=None):
         """``output`` = op over ranks of block ``rank`` of ``input`` (input has
-        world_size x output.numel() elements)."""
+        world_size x output.numel() elements). ``op`` as all_reduce takes it."""
         self._tensor(output, "output")
         self._tensor(input, "input")
         self._same_dtype(output, input)
         if input.numel() != output.numel() * self.world_size:
             raise invalid(f"input has {input.numel()} elements; reduce-scatter to {output.numel()} per rank "
                           f"needs {output.numel() * self.world_size}")
-        dt, factor, rop = reduction_type(input.dtype, reduce_op_for(op))
-        self._lib.symmReduceScatter(input.data_ptr(), output.data_ptr(), output.numel() * factor, dt, rop,
-                                    self.handle, self._stream(stream))
+        rop = reduce_op_for(op)
+        with self._op_number(rop, input.dtype) as (dt, factor, number):
+            self._lib.symmReduceScatter(input.data_ptr(), output.data_ptr(), output.numel() * factor, dt, number,
+                                        self.handle, self._stream(stream))
         return output
 
     def broadcast(self, tensor, src: int, *, out=None, stream=None):
@@ -547,13 +557,13 @@ class Communicator:
 
     def reduce(self, tensor, dst: int, op=ReduceOp.SUM, *, out=None, stream=None):
         """Rank ``dst``'s ``tensor`` (or ``out``) = op over ranks of ``tensor``;
-        other ranks' outputs are not written."""
+        other ranks' outputs are not written. ``op`` as all_reduce takes it."""
         self._tensor(tensor, "tensor")
         dst = self._peer(dst, "dst")
         out = tensor if out is None else self._same_as(out, tensor, "out")
-        dt, factor, rop = reduction_type(tensor.dtype, reduce_op_for(op))
-        self._lib.symmReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, rop, dst,
-                             self.handle, self._stream(stream))
+        with self._op_number(reduce_op_for(op), tensor.dtype) as (dt, factor, number):
+            self._lib.symmReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel() * factor, dt, number, dst,
+                                 self.handle, self._stream(stream))
         return out
 
     def all_to_all_vdev(self, input, out, in_splits, out_splits_offsets, *, stream=None):
@@ -782,6 +792,16 @@ class Communicator:
         return fused.matmul_reduce_scatter(a, b, comm=self, **kwargs)
 
     # ---------------------------------------------------------- checks ---
+    @contextlib.contextmanager
+    def _op_number(self, op, dtype):
+        """(element type, elements per torch element, op number) to reduce
+        ``dtype`` with ``op`` (a ReduceOp or a PreMulSum, made for this call)."""
+        if type(op) is PreMulSum:
+            with premul_op(self, op, dtype) as found:
+                yield found
+        else:
+            yield reduction_type(dtype, op)
+
     def _same_dtype(self, a, b) -> None:
         if a.dtype != b.dtype:
             raise invalid(f"output is {a.dtype} and input {b.dtype}; they must match")

@@ -225,8 +225,53 @@ def test_torch_style_ops_map_by_name_not_number():
     assert T.reduce_op_for(_TorchStyleOp()) == T.ReduceOp.Avg
 
 
+class _RedOpType:
+    """Stands in for torch's RedOpType enum member (it has .name)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _TorchReduceOp:
+    """Stands in for a torch.distributed.ReduceOp instance: no .name; it
+    pickles as (RedOpType, factor), the factor None but for PREMUL_SUM."""
+
+    def __init__(self, kind, factor=None):
+        self._state = (_RedOpType(kind), factor)
+
+    def __getstate__(self):
+        return self._state
+
+
+class _OneElement:
+    """Stands in for a one-element tensor (a device factor)."""
+
+    def numel(self):
+        return 1
+
+    def data_ptr(self):
+        return 0x1000
+
+
+def test_premul_sum_ops():
+    op = T.reduce_op_for(symmcomm.premul_sum(0.5))
+    assert isinstance(op, symmcomm.PreMulSum) and op.factor == 0.5
+    assert T.reduce_op_for(_TorchReduceOp("PREMUL_SUM", 0.25)).factor == 0.25
+    device_factor = _OneElement()
+    assert T.reduce_op_for(_TorchReduceOp("PREMUL_SUM", device_factor)).factor is device_factor
+    assert T.reduce_op_for(_TorchReduceOp("MAX")) is T.ReduceOp.Max
+    assert symmcomm.premul_sum(3).factor == 3
+    # Without a factor (the bare name, torch's RedOpType): say how to give one.
+    for op in ("PREMUL_SUM", "ReduceOp.PREMUL_SUM", _RedOpType("PREMUL_SUM"), _TorchReduceOp("PREMUL_SUM")):
+        with pytest.raises(symmcomm.SymmInvalidArgumentError, match=r"needs its factor: pass symmcomm.premul_sum"):
+            T.reduce_op_for(op)
+    for bad in (True, "0.5", None, [0.5]):
+        with pytest.raises(symmcomm.SymmInvalidArgumentError, match="a number or a one-element tensor"):
+            symmcomm.premul_sum(bad)
+
+
 def test_unsupported_and_unknown_ops():
-    for name in ("BAND", "bor", "BXOR", "PREMUL_SUM"):
+    for name in ("BAND", "bor", "BXOR"):
         with pytest.raises(symmcomm.SymmNotSupportedError) as e:
             T.reduce_op_for(name)
         assert e.value.code == T.Result.NotSupported

@@ -59,7 +59,7 @@ pub fn create(comm: &Comm, scalar: *const c_void, dtype: RawDataType, residence:
         }
         r if r == symmScalarResidence_t::symmScalarDevice as RawScalarResidence => {
             launch::check_device_buffer(&comm.device, scalar, size, "scalar")?;
-            if scalar as usize % size != 0 {
+            if !(scalar as usize).is_multiple_of(size) {
                 bail!(symmInvalidArgument, "scalar ({scalar:p}) is not aligned to its type's {size} bytes");
             }
             Scalar::Device(scalar as u64)

@@ -627,9 +627,9 @@ def graph_capture(c: Ctx):
 
 @check
 def premul_sum_through_the_library(c: Ctx):
-    """symmRedOpCreatePreMulSum through SymmLibrary (the Communicator's
-    methods do not take such ops yet): each rank's own host scalar on a
-    float32 all-reduce, then one device scalar on a reduce-scatter."""
+    """symmRedOpCreatePreMulSum through SymmLibrary: each rank's own host
+    scalar on a float32 all-reduce, then one device scalar on a
+    reduce-scatter."""
     import ctypes
 
     comm, dev, W, R = c.comm, c.device, c.world, c.rank
@@ -655,6 +655,69 @@ def premul_sum_through_the_library(c: Ctx):
     lib.symmRedOpDestroy(op, handle)
     want = 0.25 * sum(ins)[R * n:(R + 1) * n]
     c.expect(same(rs, want.float(), torch.float32), "premul reduce-scatter with a device scalar")
+
+
+@check
+def premul_sum_through_the_communicator(c: Ctx):
+    """Communicator's reductions with symmcomm.premul_sum and torch's
+    _make_nccl_premul_sum: per-rank host factors (float32, and an int factor
+    on bfloat16), a device factor on a reduce-scatter, a torch op on reduce,
+    a graph replayed with a rewritten device factor, and bad factors."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    n = 5003
+    ins = [values(r, W * n, torch.float32, 23, dev) for r in range(W)]
+    x = ins[R].float()
+    out = torch.empty_like(x)
+    comm.all_reduce(x, symmcomm.premul_sum(0.5 * (R + 1)), out=out)
+    want = sum(0.5 * (r + 1) * ins[r] for r in range(W))
+    c.expect(same(out, want.float(), torch.float32), "all_reduce premul_sum, per-rank host factors")
+    xb = ins[R].to(torch.bfloat16)
+    comm.all_reduce(xb, symmcomm.premul_sum(R + 1))
+    c.expect(same(xb, sum((r + 1) * ins[r] for r in range(W)).to(torch.bfloat16), torch.bfloat16),
+             "all_reduce bfloat16 in place, int host factors")
+    make = getattr(dist, "_make_nccl_premul_sum", None) or symmcomm.premul_sum
+    quarter = torch.full((), 0.25, dtype=torch.float32, device=dev)
+    rs = torch.empty(n, dtype=torch.float32, device=dev)
+    comm.reduce_scatter_tensor(rs, x, make(quarter))
+    c.expect(same(rs, (0.25 * sum(ins))[R * n:(R + 1) * n].float(), torch.float32),
+             "reduce_scatter_tensor with a device factor")
+    root = W - 1
+    red = torch.full_like(x, -7.0)
+    comm.reduce(x, root, make(2.0), out=red)
+    want = 2.0 * sum(ins) if R == root else torch.full_like(x, -7.0, dtype=torch.float64)
+    c.expect(same(red, want.float(), torch.float32), f"reduce to {root} with torch's op, factor 2")
+    # Graph: the device factor is read at each replay.
+    factor = torch.ones((), dtype=torch.float32, device=dev)
+    g_in = x.clone()
+    g_out = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        comm.all_reduce(g_in, symmcomm.premul_sum(factor), out=g_out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.all_reduce(g_in, symmcomm.premul_sum(factor), out=g_out)
+    for it in range(3):
+        factor.fill_(0.5 * (it + 1) * (R + 1))
+        graph.replay()
+        want = sum(0.5 * (it + 1) * (r + 1) * ins[r] for r in range(W))
+        c.expect(same(g_out, want.float(), torch.float32), f"graph replay {it} with a rewritten device factor")
+    torch.cuda.synchronize()
+    bad = [(torch.ones((), dtype=torch.float64, device=dev), "a torch.float32 factor"),
+           (torch.ones((), dtype=torch.float32), "is on cpu"),
+           (torch.ones(2, dtype=torch.float32, device=dev), "a number or a one-element tensor")]
+    for factor, why in bad:
+        try:
+            comm.all_reduce(x, symmcomm.premul_sum(factor), out=out)
+            c.expect(False, f"premul_sum with a bad factor ({why}) raised nothing")
+        except symmcomm.SymmInvalidArgumentError as e:
+            c.expect(why in str(e), f"bad factor's message names {why!r}: {e}")
+    try:
+        comm.all_reduce(torch.ones(8, dtype=torch.bool, device=dev), symmcomm.premul_sum(2))
+        c.expect(False, "premul_sum of bool raised nothing")
+    except symmcomm.SymmInvalidArgumentError as e:
+        c.expect("torch.bool" in str(e), f"bool premul's message: {e}")
 
 
 @check
