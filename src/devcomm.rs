@@ -449,7 +449,7 @@ mod tests {
                 assert!(l.shadows >= l.signals + 8 * s * n);
                 assert!(l.ll >= l.shadows + 8 * s * n);
                 assert_eq!(l.total, l.ll + ll);
-                assert!(l.signals % 8 == 0 && l.shadows % 8 == 0 && l.ll % 16 == 0);
+                assert!(l.signals.is_multiple_of(8) && l.shadows.is_multiple_of(8) && l.ll.is_multiple_of(16));
             }
         }
     }

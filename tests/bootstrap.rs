@@ -617,7 +617,7 @@ fn leak_cycle(i: usize) {
         assert_pattern(&b0.recv_fds(1, 1).unwrap()[0], 1, 8);
         b0.barrier().unwrap();
     });
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         b1.abort();
     }
     drop((b0, b1));

@@ -620,7 +620,7 @@ mod tests {
         for units in 1..=2048 {
             for per in [1, 2, 4] {
                 let t = batch_threads(units, per).unwrap() as u64;
-                assert!(t % 32 == 0 && t <= NORM_BATCH_THREADS && t * NORM_BATCH_UNITS >= units, "{units} units, {per}");
+                assert!(t.is_multiple_of(32) && t <= NORM_BATCH_THREADS && t * NORM_BATCH_UNITS >= units, "{units} units, {per}");
             }
         }
         assert_eq!(threads_for(1), 32);
@@ -629,7 +629,7 @@ mod tests {
         assert_eq!(threads_for(100), 128);
         for units in [1, 7, 100, 1000, 4096, 8192] {
             let t = threads_for(units) as u64;
-            assert!(t % 32 == 0 && t <= NORM_MAX_THREADS && t * NORM_MAX_UNITS >= units, "{units}: {t}");
+            assert!(t.is_multiple_of(32) && t <= NORM_MAX_THREADS && t * NORM_MAX_UNITS >= units, "{units}: {t}");
         }
     }
 

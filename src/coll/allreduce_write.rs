@@ -70,7 +70,7 @@ mod tests {
                 for half in [4096u64, 131072, 8 << 20, 3 * 7 * 4096 + 5] {
                     for count in [1u64, 7, 65539, 1 << 20, (4 << 20) + 7, 1 << 30] {
                         let chunk = round_elems(count, half, nranks, vec);
-                        assert!(chunk > 0 && chunk % (nranks * vec) == 0, "n {nranks} vec {vec} half {half}: {chunk}");
+                        assert!(chunk > 0 && chunk.is_multiple_of(nranks * vec), "n {nranks} vec {vec} half {half}: {chunk}");
                         assert!(chunk <= half, "n {nranks} half {half}: {chunk} elements do not fit");
                         let rounds = count.div_ceil(chunk);
                         assert!(rounds == 1 || rounds == count.div_ceil(half / (nranks * vec) * nranks * vec));

@@ -697,7 +697,7 @@ mod tests {
         let p = Algo::parse("nospread+prefetch").unwrap();
         assert!(p.prefetch && p.no_spread && p.is_auto() && !Algo::AUTO.prefetch);
         assert_eq!((Algo::from_bits(p.to_bits()), p.to_string().as_str()), (p, "auto+nospread+prefetch"));
-        assert!(Algo::AUTO.pdl && Algo::AUTO.light_sync, "both are the defaults since the eighth session");
+        const { assert!(Algo::AUTO.pdl && Algo::AUTO.light_sync, "both are the defaults since the eighth session") };
         assert_eq!(Algo::parse("pdl+lightsync").unwrap(), Algo::AUTO, "the tokens name the defaults");
         let d = Algo::parse("ll+nopdl+prefetch").unwrap();
         assert!(!d.pdl && d.light_sync && d.prefetch && d.base == Base::Ll && Algo::parse("nopdl").unwrap().is_auto());

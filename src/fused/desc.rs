@@ -272,9 +272,12 @@ mod tests {
         assert_eq!(init(99).unwrap_err().code, symmInvalidArgument);
     }
 
+    /// A descriptor's mutation, the result it must give, words of its message.
+    type BadCase = (Box<dyn Fn(&mut symmMatmulDesc_t)>, crate::error::symmResult_t, &'static str);
+
     #[test]
     fn bad_descriptors() {
-        let cases: Vec<(Box<dyn Fn(&mut symmMatmulDesc_t)>, crate::error::symmResult_t, &str)> = vec![
+        let cases: Vec<BadCase> = vec![
             (Box::new(|d| d.structSize = 8), symmInvalidArgument, "structSize"),
             (Box::new(|d| d.structSize = 4096), symmNotSupported, "newer"),
             (Box::new(|d| d.aType = 42), symmInvalidArgument, "aType"),
