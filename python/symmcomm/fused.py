@@ -19,7 +19,7 @@ from ._library import symmMatmulDesc_t
 from ._torch import check_tensor, invalid, require_torch, stream_handle
 from ._types import DataType, ScaleMode, datatype_for
 
-__all__ = ["all_gather_matmul", "matmul_reduce_scatter"]
+__all__ = ["all_gather_matmul", "matmul_reduce_scatter", "fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
 
 _FP8 = (DataType.Float8e4m3, DataType.Float8e5m2)
 
@@ -226,6 +226,99 @@ def matmul_reduce_scatter(a, b=None, *, weight=None, comm=None, group=None, out=
                                 stream_handle(stream, comm.device_index))
     _keep_until_stream_done(keep, comm, stream)
     return out
+
+
+# PyTorch's names (torch.ops.symm_mem.fused_all_gather_matmul and
+# fused_matmul_reduce_scatter, as torch.distributed._symmetric_memory and
+# its async-TP pass call them), with their arguments: tensors of any rank,
+# the collective along any dimension. The fused C calls work on row-major
+# matrices split by rows, so the collective's dimension is moved to the
+# front (a copy unless it already is, as in PyTorch) and the results viewed
+# back. Along the last dimension (the contraction of the all-gather, the
+# output columns of the reduce-scatter) no row split exists: those run as
+# the collective and a torch.matmul, unfused.
+
+
+def _dim(d, ndim: int, name: str) -> int:
+    if isinstance(d, bool) or not isinstance(d, int) or not -ndim <= d < ndim:
+        raise invalid(f"{name} {d!r} is not a dimension of a {ndim}-D tensor")
+    return d % ndim
+
+
+def _rows_first(t, d: int):
+    """``t`` with dimension ``d`` first, as a contiguous row-major matrix of
+    its last dimension's columns, and the shape of that moved tensor."""
+    moved = t.movedim(d, 0).contiguous()
+    return moved.view(-1, moved.shape[-1]), tuple(moved.shape)
+
+
+def fused_all_gather_matmul(A_shard, Bs, gather_dim: int, group_name=None, *, return_A: bool = True):
+    """``torch.ops.symm_mem.fused_all_gather_matmul(A_shard, Bs, gather_dim,
+    group_name, return_A=True)``: ``(A, [A @ B for B in Bs])`` with ``A``
+    the all-gather of ``A_shard`` along ``gather_dim`` over the ranks of
+    ``group_name`` (a process group's name, a group, a Communicator, or None
+    for the default); ``A`` is None unless ``return_A``. The first B runs
+    fused (symmAllGatherMatmul, which also gathers A); the other Bs multiply
+    that gathered A with torch.matmul. Collective."""
+    torch = require_torch("fused_all_gather_matmul")
+    comm = _comm(None, group_name)
+    if isinstance(Bs, torch.Tensor) or not isinstance(Bs, (list, tuple)) or not Bs:
+        raise invalid("Bs is a non-empty list of k x n matrices (PyTorch's Tensor[] Bs)")
+    check_tensor(A_shard, "A_shard", comm.device_index, contiguous=False)
+    nd = A_shard.dim()
+    if nd < 2:
+        raise invalid(f"A_shard must have at least 2 dimensions, not shape {tuple(A_shard.shape)}")
+    d = _dim(gather_dim, nd, "gather_dim")
+    W = comm.world_size
+    if d == nd - 1:
+        shard = A_shard.contiguous()
+        parts = torch.empty((W,) + tuple(shard.shape), dtype=shard.dtype, device=comm.device)
+        comm.all_gather_into_tensor(parts, shard)
+        A = parts.movedim(0, -2).flatten(-2)  # rank-major along the last dimension
+        return (A if return_A else None), [torch.matmul(A, B) for B in Bs]
+    a2, moved = _rows_first(A_shard, d)
+    gathered_shape = (W * moved[0],) + moved[1:]
+    want_a = return_A or len(Bs) > 1
+    first = all_gather_matmul(a2, Bs[0], comm=comm, return_gathered=want_a)
+    out0, gathered = first if want_a else (first, None)
+    outs = [out0] + [torch.matmul(gathered, B) for B in Bs[1:]]
+    outs = [o.view(gathered_shape[:-1] + (o.shape[-1],)).movedim(0, d) for o in outs]
+    A = gathered.view(gathered_shape).movedim(0, d) if return_A else None
+    return A, outs
+
+
+def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim: int, group_name=None):
+    """``torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, reduce_op,
+    scatter_dim, group_name)``: the reduce-scatter (``reduce_op`` "sum" or
+    "avg") of ``A @ B`` along ``scatter_dim`` over the ranks of
+    ``group_name`` (as fused_all_gather_matmul takes it); that dimension's
+    size must be a multiple of the ranks. Fused (symmMatmulReduceScatter)
+    unless ``scatter_dim`` is the last. Collective."""
+    torch = require_torch("fused_matmul_reduce_scatter")
+    comm = _comm(None, group_name)
+    op = str(reduce_op).lower()
+    if op not in ("sum", "avg"):
+        raise invalid(f"reduce_op {reduce_op!r}: fused_matmul_reduce_scatter reduces with 'sum' or 'avg'")
+    check_tensor(A, "A", comm.device_index, contiguous=False)
+    nd = A.dim()
+    if nd < 2:
+        raise invalid(f"A must have at least 2 dimensions, not shape {tuple(A.shape)}")
+    d = _dim(scatter_dim, nd, "scatter_dim")
+    W = comm.world_size
+    if d == nd - 1:
+        C = torch.matmul(A, B).movedim(-1, 0).contiguous()
+        if C.shape[0] % W:
+            raise invalid(f"A @ B has {C.shape[0]} columns, not a multiple of {W} ranks")
+        out = torch.empty((C.shape[0] // W,) + tuple(C.shape[1:]), dtype=C.dtype, device=comm.device)
+        comm.reduce_scatter_tensor(out, C, op)
+        return out.movedim(0, -1)
+    if A.shape[d] % W:
+        raise invalid(f"scatter_dim {scatter_dim} of A has size {A.shape[d]}, not a multiple of {W} ranks")
+    a2, moved = _rows_first(A, d)
+    out = matmul_reduce_scatter(a2, B, comm=comm)
+    if op == "avg":
+        out.div_(W)
+    return out.view((moved[0] // W,) + moved[1:-1] + (out.shape[-1],)).movedim(0, d)
 
 
 def _keep_until_stream_done(tensors, comm, stream) -> None:

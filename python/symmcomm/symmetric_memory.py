@@ -46,6 +46,7 @@ from . import _dlpack, _memory
 from ._torch import check_tensor, invalid, require_torch, shape_elements, stream_handle
 from ._types import SIGNAL_CHANNELS
 from .communicator import Communicator, _device_index, _int_arg
+from .fused import fused_all_gather_matmul, fused_matmul_reduce_scatter
 
 __all__ = [
     "SymmetricMemory",
@@ -68,6 +69,8 @@ __all__ = [
     "one_shot_all_reduce_out",
     "two_shot_all_reduce_",
     "two_shot_all_reduce_out",
+    "fused_all_gather_matmul",
+    "fused_matmul_reduce_scatter",
 ]
 
 _COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator

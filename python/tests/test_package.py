@@ -49,6 +49,22 @@ def test_tensor_features_say_they_need_torch():
         assert name in symm_mem.__all__ and f"torch.ops.symm_mem.{name}" in getattr(symm_mem, name).__doc__
     with pytest.raises(ImportError, match="needs PyTorch"):
         symm_mem.two_shot_all_reduce_(None, "sum", "0")
+    # ... and its fused matmul ops, by PyTorch's names.
+    for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+        assert name in symm_mem.__all__ and f"torch.ops.symm_mem.{name}" in getattr(symm_mem, name).__doc__
+    with pytest.raises(ImportError, match="needs PyTorch"):
+        symm_mem.fused_all_gather_matmul(None, [None], 0, "0")
+    with pytest.raises(ImportError, match="needs PyTorch"):
+        symm_mem.fused_matmul_reduce_scatter(None, None, "sum", 0, "0")
+
+
+def test_fused_dimensions():
+    from symmcomm import fused
+
+    assert fused._dim(-1, 3, "gather_dim") == 2 and fused._dim(1, 3, "gather_dim") == 1
+    for bad in (3, -4, True, 1.0, None):
+        with pytest.raises(symmcomm.SymmInvalidArgumentError, match="is not a dimension of a 3-D tensor"):
+            fused._dim(bad, 3, "gather_dim")
 
 
 def test_dtype_names_without_torch():

@@ -1026,6 +1026,56 @@ def fused_ops(c: Ctx):
     torch.cuda.synchronize()
 
 
+@check
+def fused_ops_by_torch_names(c: Ctx):
+    """symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter with
+    PyTorch's arguments: 3-D tensors, the collective along every dimension
+    (the last one unfused), two Bs, return_A, sum and avg, against an fp32
+    reference built from every rank's inputs."""
+    comm, dev, W, R = c.comm, c.device, c.world, c.rank
+    lib = comm.library
+    if not (lib.has("symmAllGatherMatmul") and lib.has("symmMatmulReduceScatter")):
+        raise Skip(f"the library {lib.path} has no fused ops")
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    def rand(seed, shape):
+        g = torch.Generator(device=dev).manual_seed(seed)
+        return torch.randn(shape, generator=g, device=dev, dtype=torch.float32)
+
+    def close(got, want, rtol=5e-3):
+        err = (got.float() - want).abs().max().item()
+        return got.shape == want.shape and err <= rtol * max(want.abs().max().item(), 1.0), err
+
+    shape, n = (2 * W, 3, 40), 24  # (batch, seq, k), every dimension divisible where it must be
+    for gather_dim in (0, 1, -1):
+        shards = [rand(500 + r, shape) for r in range(W)]
+        k = shape[-1] * (W if gather_dim == -1 else 1)  # along the last dimension A gathers k
+        Bs = [rand(600, (k, n)), rand(601, (k, n + 8))]
+        A_full = torch.cat(shards, dim=gather_dim)
+        A, outs = symm_mem.fused_all_gather_matmul(shards[R], Bs, gather_dim, comm)
+        c.expect(torch.equal(A, A_full), f"fused_all_gather_matmul gather_dim {gather_dim}: the gathered A")
+        for i, (got, B) in enumerate(zip(outs, Bs)):
+            ok, err = close(got, A_full @ B)
+            c.expect(ok, f"fused_all_gather_matmul gather_dim {gather_dim}, B {i}: {tuple(got.shape)}, error {err}")
+        none_a, outs = symm_mem.fused_all_gather_matmul(shards[R], Bs[:1], gather_dim, comm, return_A=False)
+        c.expect(none_a is None and close(outs[0], A_full @ Bs[0])[0], f"return_A=False, gather_dim {gather_dim}")
+    for scatter_dim, op in ((0, "sum"), (1, "avg"), (2, "sum")):
+        rs_shape = (2 * W, 3 * W, 32)
+        As = [rand(700 + r, rs_shape) for r in range(W)]
+        Bs = [rand(800 + r, (32, 8 * W)) for r in range(W)]
+        total = sum(As[r] @ Bs[r] for r in range(W)) / (W if op == "avg" else 1)
+        want = total.chunk(W, dim=scatter_dim)[R]
+        got = symm_mem.fused_matmul_reduce_scatter(As[R], Bs[R], op, scatter_dim, comm)
+        ok, err = close(got, want, 5e-3 * W)
+        c.expect(ok, f"fused_matmul_reduce_scatter {op} scatter_dim {scatter_dim}: {tuple(got.shape)}, error {err}")
+    try:
+        symm_mem.fused_matmul_reduce_scatter(rand(1, (W + 1, 4, 8)), rand(2, (8, 8)), "sum", 0, comm)
+        c.expect(W == 1, "a scatter dimension not divisible by the ranks raised nothing")
+    except symmcomm.SymmInvalidArgumentError as e:
+        c.expect("not a multiple of" in str(e), f"indivisible scatter_dim's message: {e}")
+    torch.cuda.synchronize()
+
+
 # ----------------------------------------------------------------- main ---
 
 def agree(ok: bool, detail: str, skipped: str | None):
