@@ -17,7 +17,7 @@ import ctypes
 
 from ._library import symmMatmulDesc_t
 from ._torch import check_tensor, invalid, require_torch, stream_handle
-from ._types import DataType, ScaleMode, datatype_for
+from ._types import DataType, ReduceOp, ScaleMode, datatype_for, reduce_op_for
 
 __all__ = ["all_gather_matmul", "matmul_reduce_scatter", "fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
 
@@ -245,6 +245,16 @@ def _dim(d, ndim: int, name: str) -> int:
     return d % ndim
 
 
+def _tensor_and_dim(t, name: str, d, dim_name: str, comm) -> tuple[int, int]:
+    """(dimensions of ``t``, dimension ``d`` of it made non-negative) for a
+    tensor of at least 2 dimensions on ``comm``'s GPU."""
+    check_tensor(t, name, comm.device_index, contiguous=False)
+    nd = t.dim()
+    if nd < 2:
+        raise invalid(f"{name} must have at least 2 dimensions, not shape {tuple(t.shape)}")
+    return nd, _dim(d, nd, dim_name)
+
+
 def _rows_first(t, d: int):
     """``t`` with dimension ``d`` first, as a contiguous row-major matrix of
     its last dimension's columns, and the shape of that moved tensor."""
@@ -264,11 +274,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim: int, group_name=None, *, re
     comm = _comm(None, group_name)
     if isinstance(Bs, torch.Tensor) or not isinstance(Bs, (list, tuple)) or not Bs:
         raise invalid("Bs is a non-empty list of k x n matrices (PyTorch's Tensor[] Bs)")
-    check_tensor(A_shard, "A_shard", comm.device_index, contiguous=False)
-    nd = A_shard.dim()
-    if nd < 2:
-        raise invalid(f"A_shard must have at least 2 dimensions, not shape {tuple(A_shard.shape)}")
-    d = _dim(gather_dim, nd, "gather_dim")
+    nd, d = _tensor_and_dim(A_shard, "A_shard", gather_dim, "gather_dim", comm)
     W = comm.world_size
     if d == nd - 1:
         shard = A_shard.contiguous()
@@ -296,14 +302,10 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim: int, group_name=No
     unless ``scatter_dim`` is the last. Collective."""
     torch = require_torch("fused_matmul_reduce_scatter")
     comm = _comm(None, group_name)
-    op = str(reduce_op).lower()
-    if op not in ("sum", "avg"):
+    op = reduce_op_for(reduce_op)
+    if op not in (ReduceOp.Sum, ReduceOp.Avg):
         raise invalid(f"reduce_op {reduce_op!r}: fused_matmul_reduce_scatter reduces with 'sum' or 'avg'")
-    check_tensor(A, "A", comm.device_index, contiguous=False)
-    nd = A.dim()
-    if nd < 2:
-        raise invalid(f"A must have at least 2 dimensions, not shape {tuple(A.shape)}")
-    d = _dim(scatter_dim, nd, "scatter_dim")
+    nd, d = _tensor_and_dim(A, "A", scatter_dim, "scatter_dim", comm)
     W = comm.world_size
     if d == nd - 1:
         C = torch.matmul(A, B).movedim(-1, 0).contiguous()
@@ -316,7 +318,7 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim: int, group_name=No
         raise invalid(f"scatter_dim {scatter_dim} of A has size {A.shape[d]}, not a multiple of {W} ranks")
     a2, moved = _rows_first(A, d)
     out = matmul_reduce_scatter(a2, B, comm=comm)
-    if op == "avg":
+    if op == ReduceOp.Avg:
         out.div_(W)
     return out.view((moved[0] // W,) + moved[1:-1] + (out.shape[-1],)).movedim(0, d)
 
