@@ -268,6 +268,58 @@ __device__ __forceinline__ void copy_chunks(char* ring, uint32_t slots, char* bu
   }
 }
 
+// ---- Paired blocks (p2p:pair=1, mode bit SYMM_P2P_PAIRED) ------------------
+//
+// Unpaired, a block serves one operation: a send's blocks run on some SMs,
+// a receive's on others. Paired, every block is two halves of
+// SYMM_COLL_THREADS / 2 threads: the first half is a block of the launch's
+// sends, the second a block of its receives (each direction numbers its
+// half blocks from 0: SymmP2POp::first_block / blocks), so both directions
+// of an exchange move in every block and a send's stores across the link
+// come from twice as many SMs for the same threads (the host gives an
+// operation twice the half blocks). Nothing pairs across ranks: either end
+// may pair alone. A half synchronises on its own named barrier (ids 9 and
+// 10; the warp groups' are 1-8), never on __syncthreads, since its other
+// half may have left or wait elsewhere.
+
+// SymmP2PArgs::mode bit 11 of the sized kernel (mirrored in src/cuda/abi.rs
+// P2P_PAIRED; kept here, the one family that reads it). SymmP2POp::
+// first_block / blocks then count half blocks within the operation's
+// direction.
+#define SYMM_P2P_PAIRED 2048u
+
+// One operation's block as the kernel sees it: the whole block, or a half.
+struct P2PBlock {
+  uint32_t tid;      // thread within it
+  uint32_t threads;  // its threads
+  uint32_t half;     // 0: the whole block or the send half; 1: the receive half
+  uint32_t bar;      // its barrier: 0 (the whole block) or 9 + half
+};
+
+__device__ __forceinline__ P2PBlock p2p_block(uint32_t mode) {
+  if (!(mode & SYMM_P2P_PAIRED)) return P2PBlock{threadIdx.x, blockDim.x, 0, 0};
+  const uint32_t threads = blockDim.x / 2, half = threadIdx.x / threads;
+  return P2PBlock{threadIdx.x % threads, threads, half, 9 + half};
+}
+
+__device__ __forceinline__ void p2p_sync(const P2PBlock& b) {
+  asm volatile("bar.sync %0, %1;" ::"r"(b.bar), "r"(b.threads) : "memory");
+}
+
+// p2p_sync, and whether any of the block's threads passed a nonzero `pred`.
+__device__ __forceinline__ bool p2p_sync_or(const P2PBlock& b, int pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.s32 p, %1, 0;\n\t"
+      "bar.red.or.pred q, %2, %3, p;\n\t"
+      "selp.u32 %0, 1, 0, q;\n\t}"
+      : "=r"(any)
+      : "r"(pred), "r"(b.bar), "r"(b.threads)
+      : "memory");
+  return any != 0;
+}
+
 // ---- LL messages (p2p:ll=KIB, mode bits 28-31) ------------------------------
 //
 // A message of at most the LL size goes as LL packets (ll.cuh): every 8
@@ -339,7 +391,7 @@ __device__ __forceinline__ bool ll_send_check(const SymmP2PArgs& a, uint32_t* mi
 }
 
 // One LL operation, by its blocks (jb: the block's index among them).
-__device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp& op, uint32_t jb) {
+__device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp& op, uint32_t jb, const P2PBlock& b) {
   const uint32_t peer = op.peer;
   uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
   uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
@@ -350,15 +402,15 @@ __device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp&
   const uint32_t call = *(volatile uint32_t*)(mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_CALL : SYMM_P2PS_RECV_CALL, peer));
   uint4* slot = reinterpret_cast<uint4*>(a.heap[op.is_send ? peer : a.rank] + a.ll_offset +
                                          (uint64_t)((k & 1) * a.nranks + (op.is_send ? a.rank : peer)) * a.ll_slot);
-  const uint64_t units = (op.bytes + 7) / 8, stride = (uint64_t)op.blocks * blockDim.x;
-  const uint64_t t = (uint64_t)jb * blockDim.x + threadIdx.x;
+  const uint64_t units = (op.bytes + 7) / 8, stride = (uint64_t)op.blocks * b.threads;
+  const uint64_t t = (uint64_t)jb * b.threads + b.tid;
   bool ok = true;
   if (op.is_send) {
-    __shared__ int free_slot;
-    if (threadIdx.x == 0)  // parity k & 1 last carried call k - 2
-      free_slot = wait_geq(a, mine + SYMM_P2PS_LL_TAKEN(peer), k - 1, peer, jb);
-    __syncthreads();
-    ok = free_slot;
+    __shared__ int free_slot[2];
+    if (b.tid == 0)  // parity k & 1 last carried call k - 2
+      free_slot[b.half] = wait_geq(a, mine + SYMM_P2PS_LL_TAKEN(peer), k - 1, peer, jb);
+    p2p_sync(b);
+    ok = free_slot[b.half];
     const char* src = reinterpret_cast<const char*>(op.buf);
     if (ok && t == 0) ll_put(slot, make_uint2((uint32_t)op.bytes, (uint32_t)(op.bytes >> 32)), flag);
     for (uint64_t u = t; ok && u < units; u += stride) ll_put(slot + 1 + u, ll_load_unit(src, u, op.bytes), flag);
@@ -391,7 +443,7 @@ __device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp&
   }
   // The operation's last block advances the channel's counters (a broken
   // communicator stays broken: no advance).
-  if (__syncthreads_or(!ok) || threadIdx.x != 0) return;
+  if (p2p_sync_or(b, !ok) || b.tid != 0) return;
   uint32_t* fin = mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_FIN : SYMM_P2PS_RECV_FIN, peer);
   __threadfence();
   if (atomicAdd(fin, 1u) != op.blocks - 1) return;
@@ -408,19 +460,29 @@ __device__ __forceinline__ void p2p_ll_op(const SymmP2PArgs& a, const SymmP2POp&
 }
 
 SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2PArgs a) {
+  const P2PBlock b = p2p_block(a.mode);
+  const bool paired = a.mode & SYMM_P2P_PAIRED;
+  // The operation whose blocks hold this one (paired: among those of this
+  // half's direction).
   uint32_t oi = 0;
-  while (oi < a.nops && blockIdx.x >= a.ops[oi].first_block + a.ops[oi].blocks) ++oi;
+  while (oi < a.nops && ((paired && a.ops[oi].is_send != (b.half == 0)) || blockIdx.x < a.ops[oi].first_block ||
+                         blockIdx.x >= a.ops[oi].first_block + a.ops[oi].blocks))
+    ++oi;
   if (oi >= a.nops) return;
   const SymmP2POp op = a.ops[oi];
   const uint32_t peer = op.peer, jb = blockIdx.x - op.first_block;
   if (p2p_is_ll(a, op.bytes)) {
-    p2p_ll_op(a, op, jb);
+    p2p_ll_op(a, op, jb, b);
     return;
   }
-  const uint32_t gt = p2p_group_threads(a.mode);
-  const uint32_t per_block = blockDim.x / gt;
-  const uint32_t group = threadIdx.x / gt, lane = threadIdx.x % gt;
-  const uint32_t ngroups = op.blocks * per_block, g = jb * per_block + group;
+  // A warp group is at most the block (a half, paired: warps=16 then
+  // takes the half's 8 warps).
+  const uint32_t gt = min(p2p_group_threads(a.mode), b.threads);
+  const uint32_t per_block = b.threads / gt;
+  // `group` numbers the groups of the whole block (their named barriers and
+  // group_failed slots); `g` the operation's.
+  const uint32_t group = threadIdx.x / gt, lane = threadIdx.x % gt, first_group = (threadIdx.x - b.tid) / gt;
+  const uint32_t ngroups = op.blocks * per_block, g = jb * per_block + (group - first_group);
   uint32_t* mine = a.flags + SYMM_P2P_SIZED_DELTA;
   uint32_t* theirs = a.peer_flags[peer] + SYMM_P2P_SIZED_DELTA;
   const uint32_t nchunks = (uint32_t)((op.bytes + SYMM_P2P_CHUNK - 1) / SYMM_P2P_CHUNK);
@@ -429,11 +491,17 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   // the call, so they need not know whether it goes direct).
   if (jb * per_block >= nchunks) return;
   const uint32_t working = min(op.blocks, (nchunks + per_block - 1) / per_block);
-  __shared__ uint32_t base, call, direct_base;
-  __shared__ uint64_t direct;
-  __shared__ int failed;
+  // Per half (paired; [0] otherwise).
+  __shared__ uint32_t base_of[2], call_of[2], direct_base_of[2];
+  __shared__ uint64_t direct_of[2];
+  __shared__ int failed_of[2];
   __shared__ int group_failed[SYMM_COLL_THREADS / SYMM_P2P_GROUP_MIN];
-  if (threadIdx.x == 0) {
+  uint32_t& base = base_of[b.half];
+  uint32_t& call = call_of[b.half];
+  uint32_t& direct_base = direct_base_of[b.half];
+  uint64_t& direct = direct_of[b.half];
+  int& failed = failed_of[b.half];
+  if (b.tid == 0) {
     failed = 0;
     direct = SYMM_P2P_NO_DIRECT;
     if (op.is_send) {
@@ -473,8 +541,8 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       }
     }
   }
-  if (threadIdx.x < per_block) group_failed[threadIdx.x] = 0;
-  __syncthreads();
+  if (b.tid < per_block) group_failed[first_group + b.tid] = 0;
+  p2p_sync(b);
   const bool is_direct = direct != SYMM_P2P_NO_DIRECT;
   int fail = failed;
   const char* channel_in = a.slots + (uint64_t)peer * 2 * a.slot_bytes;                // receiver: from peer
@@ -512,7 +580,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       if (lane == 0) publish_chunks(theirs + SYMM_P2PS_READY(a.rank, 0), q0, n, ring);
     }
   } else if (!fail && is_direct) {
-    if (threadIdx.x == 0 &&
+    if (b.tid == 0 &&
         !wait_geq_or_nack(a, mine + SYMM_P2PS_ARRIVED(peer), direct_base + nchunks, nack, call, op.bytes, peer, jb))
       fail = 1;
   } else if (!fail) {
@@ -534,8 +602,8 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
   }
   // The operation's last block to finish advances the channel's counters
   // for the next call (a broken communicator stays broken: no advance).
-  if (__syncthreads_or(fail)) return;
-  if (threadIdx.x == 0) {
+  if (p2p_sync_or(b, fail)) return;
+  if (b.tid == 0) {
     uint32_t* fin = mine + SYMM_P2PS_LOCAL(op.is_send ? SYMM_P2PS_SEND_FIN : SYMM_P2PS_RECV_FIN, peer);
     __threadfence();
     if (atomicAdd(fin, 1u) == working - 1) {

@@ -978,6 +978,15 @@ static void body(struct tw *w, void *ctx) {
     free(plan);
     return;
   }
+  /* COLL_ALGO_ODD_RANKS: odd ranks set this algorithm (symmCommSetAlgorithm)
+   * over SYMM_ALGO, for kernel choices whose two ends may differ (the
+   * send/recv engine's p2p:pair=1: either end may pair alone). */
+  const char *odd = getenv("COLL_ALGO_ODD_RANKS");
+  if (odd && odd[0]) {
+    for (int i = 0; i < w->nlocal; i++)
+      if (w->r[i].rank % 2) TW_SYMM_REQUIRE(&w->r[i], symmCommSetAlgorithm(w->r[i].comm, odd));
+    if (lead) tw_log(w, "odd ranks run \"%s\" (COLL_ALGO_ODD_RANKS)", odd);
+  }
   struct world_bufs *b = calloc(1, sizeof *b);
   REQUIRE(b != NULL, "out of host memory");
   for (int c = 0; c < CW_NCLASSES; c++) {

@@ -633,7 +633,7 @@ BENCHES = [REPO / "build" / "c_tests" / "bench" / b for b in ("symm_bench", "fus
 
 @pytest.mark.parametrize("args", [["--gpus", "4", "all"], ["--smoke"], ["--gpus", "2", "sweep:2:staged", "device"],
                                   ["--gpus", "1", "host"], ["--gpus", "4", "norm:4:ll"],
-                                  ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"],
+                                  ["--gpus", "2", "p2p:2"], ["--gpus", "2", "ll:2"], ["--gpus", "4", "pair:4:symmetric"],
                                   ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll"],
                                   ["--gpus", "4", "ab:3:SYMM_LL_MAX_BYTES=786432,SYMM_ALGO=ll",
                                    "ab:3:SYMM_LL_MAX_BYTES=1048576:sendrecv:256K-4M"]])
@@ -704,6 +704,11 @@ def test_device_measure_dry_run(tmp_path, args):
                          "ll_n2_symmetric_graph"]
         first = (logs / "ll_n2_symmetric_graph.log").read_text().splitlines()[0]
         assert " -G " in first and "-b 4K -e 4M -f 2" in first and "direct=64:ll=1024" in first
+    elif args[-1] == "pair:4:symmetric":
+        assert names == ["build", "pair_n4_symmetric_eager", "pair_n4_symmetric_graph"]
+        first = (logs / "pair_n4_symmetric_graph.log").read_text().splitlines()[0]
+        assert " -G " in first and "-c sendrecv,alltoall" in first and "-g 4" in first
+        assert "direct=64:ll=1024:pair=1," in first and "direct=64:pair=1 " in first
     elif args[-1].startswith("ab:3:SYMM_LL_MAX_BYTES=1048576"):
         # A second ab tier in the call: its own step names, its collectives and sizes.
         each = [f"_n3_{c}_{k}_{side}" for c in ("staged", "symmetric") for k in ("eager", "graph") for side in ("base", "env")]
@@ -729,7 +734,7 @@ def test_device_measure_dry_run(tmp_path, args):
     for name in names:
         command = (logs / f"{name}.log").read_text().splitlines()[0]
         has_window = "--nccl-window" in command
-        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n", "ab_n", "ab2_n"))
+        with_nccl = name.startswith(("sweep_", "device_", "norm_", "eager_c_", "p2p_n", "ll_n", "pair_n", "ab_n", "ab2_n"))
         assert has_window == with_nccl, command
     for f in ("tables.md", "tables-full.md", "measure.tgz"):
         assert (tmp_path / "out" / f).is_file()

@@ -20,7 +20,7 @@ use super::algo::{Algo, P2PShape};
 use crate::comm::Comm;
 use crate::cuda::abi::{
     OpId, P2POp, P2PArgs, COLL_THREADS, MODE_CLASSIC, P2P_BLOCKS, P2P_DIRECT_OFFSET_LIMIT,
-    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_RING, P2P_RING_MAX, P2P_RING_SHIFT,
+    P2P_GROUP, P2P_MAX_OPS, P2P_NO_DIRECT, P2P_PAIRED, P2P_RING, P2P_RING_MAX, P2P_RING_SHIFT,
 };
 use crate::cuda::launch::{self, LaunchConfig};
 use crate::error::{bail, Result};
@@ -130,6 +130,39 @@ pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
     out
 }
 
+/// Half blocks of a paired launch (`p2p:pair=1`) for an operation that
+/// would get `blocks` whole ones: twice as many, the same threads, except a
+/// receive the sender pushes into directly, whose one waiting thread needs
+/// no more than a half.
+pub(crate) fn paired_half_blocks(op: &P2POp, blocks: u32, shape: P2PShape, ll_slot: u64) -> u32 {
+    let waits_only = op.is_send == 0
+        && op.heap_offset != P2P_NO_DIRECT
+        && op.bytes >= shape.direct_min()
+        && !is_ll(op.bytes, shape, ll_slot);
+    if waits_only { 1 } else { 2 * blocks }
+}
+
+/// First blocks and block counts of a sized launch's operations (in
+/// `want`'s order), and the grid. Unpaired: one run of blocks, fitted
+/// together into `max_grid`. Paired: each direction numbers its half
+/// blocks from 0, fitted apart into `max_grid` (block b holds send half b
+/// and receive half b); the grid is the longer direction.
+pub(crate) fn layout_blocks(want: &[(u32, bool)], paired: bool, max_grid: u32) -> (Vec<(u32, u32)>, u32) {
+    let mut out = vec![(0, 0); want.len()];
+    let mut grid = 0;
+    for direction in if paired { vec![Some(true), Some(false)] } else { vec![None] } {
+        let picked: Vec<usize> = (0..want.len()).filter(|&i| direction.is_none_or(|d| want[i].1 == d)).collect();
+        let counts = fit_blocks(&picked.iter().map(|&i| want[i].0).collect::<Vec<_>>(), max_grid);
+        let mut first = 0;
+        for (&i, &b) in picked.iter().zip(&counts) {
+            out[i] = (first, b);
+            first += b;
+        }
+        grid = grid.max(first);
+    }
+    (out, grid)
+}
+
 /// The sized kernel's shape when `algo` runs send/recv on it, `None` for
 /// the fixed kernel. `auto` takes the sized kernel with [`P2PShape::AUTO`];
 /// the choice depends on the communicator's setting only, never on a call,
@@ -197,18 +230,27 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
             }
             shape
         });
-        let blocks = match shape {
-            Some(shape) => {
-                let want: Vec<u32> = round.iter().map(|op| sized_blocks(op, shape, comm.coll.p2p_ll_slot)).collect();
-                fit_blocks(&want, comm.coll.max_grid)
-            }
-            None => vec![P2P_BLOCKS; round.len()],
-        };
-        let mut first = 0;
-        for (op, b) in round.iter_mut().zip(&blocks) {
+        let paired = shape.is_some_and(|s| s.pair);
+        let want: Vec<(u32, bool)> = round
+            .iter()
+            .map(|op| {
+                let blocks = match shape {
+                    Some(shape) => {
+                        let whole = sized_blocks(op, shape, comm.coll.p2p_ll_slot);
+                        if paired { paired_half_blocks(op, whole, shape, comm.coll.p2p_ll_slot) } else { whole }
+                    }
+                    None => P2P_BLOCKS,
+                };
+                (blocks, op.is_send != 0)
+            })
+            .collect();
+        // The fixed kernel keeps its SYMM_P2P_BLOCKS an operation whatever
+        // the grid (its block j pairs with the peer's block j).
+        let max_grid = if shape.is_some() { comm.coll.max_grid } else { u32::MAX };
+        let (placed, grid) = layout_blocks(&want, paired, max_grid);
+        for (op, (first, blocks)) in round.iter_mut().zip(placed) {
             op.first_block = first;
-            op.blocks = *b;
-            first += b;
+            op.blocks = blocks;
         }
         let mut a: P2PArgs = comm.p2p_template(api);
         if sized.is_none() {
@@ -222,7 +264,7 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
         if let Some(shape) = shape {
             a.mode |= shape.mode_bits() | ring_bits;
         }
-        let grid = first;
+        debug_assert_eq!(a.mode & P2P_PAIRED != 0, paired);
         let mut params = [(&mut a as *mut P2PArgs).cast::<c_void>()];
         launch::launch(f, LaunchConfig { grid, block: COLL_THREADS, shared_mem: 0 }, stream, &mut params)?;
     }
@@ -294,6 +336,30 @@ mod tests {
         assert_eq!(sized_blocks(&op(1 << 20, false, P2P_NO_DIRECT), ll, LL_SLOT), 64, "the cap");
         let small = P2PShape::parse(":ll=64").unwrap();
         assert!(is_ll(64 << 10, small, LL_SLOT) && !is_ll(128 << 10, small, LL_SLOT));
+    }
+
+    #[test]
+    fn paired_launches_number_each_direction_apart() {
+        let shape = P2PShape::parse(":blocks=64:kib=32:direct=64:pair=1").unwrap();
+        // A send gets twice its blocks in halves; a receive pushed into
+        // directly one half; a ring receive twice its blocks.
+        assert_eq!(paired_half_blocks(&op(1 << 20, true, P2P_NO_DIRECT), 32, shape, LL_SLOT), 64);
+        assert_eq!(paired_half_blocks(&op(1 << 20, false, 4096), 1, shape, LL_SLOT), 1);
+        assert_eq!(paired_half_blocks(&op(1 << 20, false, P2P_NO_DIRECT), 32, shape, LL_SLOT), 64);
+        let ll = P2PShape::parse(":blocks=64:kib=32:direct=64:ll=1024:pair=1").unwrap();
+        assert_eq!(paired_half_blocks(&op(64 << 10, false, 4096), 16, ll, LL_SLOT), 32, "an LL receive unpacks");
+        // Sends [0, 64) and receives [0, 1) and [1, 65): the grid is the longer direction.
+        let (placed, grid) = layout_blocks(&[(64, true), (1, false), (64, false)], true, 132);
+        assert_eq!((placed, grid), (vec![(0, 64), (0, 1), (1, 64)], 65));
+        // Each direction fits the grid alone.
+        let (placed, grid) = layout_blocks(&[(128, true), (128, false), (128, true)], true, 132);
+        assert!(grid <= 132 && placed[0].0 == 0 && placed[1].0 == 0 && placed[2].0 == placed[0].1, "{placed:?}");
+        // Unpaired: one run, in order.
+        let (placed, grid) = layout_blocks(&[(16, true), (1, false), (16, true)], false, 132);
+        assert_eq!((placed, grid), (vec![(0, 16), (16, 1), (17, 16)], 33));
+        // The fixed kernel's 16 an operation, whatever the grid.
+        let (placed, grid) = layout_blocks(&[(16, true); 16], false, u32::MAX);
+        assert_eq!((placed[15], grid), ((240, 16), 256));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! back. What `auto` means per rank count lives with the collectives
 //! (src/coll/mod.rs).
 
-use crate::cuda::abi::{P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT, P2P_LL_SHIFT, P2P_STRIDE_MAX, P2P_STRIDE_SHIFT};
+use crate::cuda::abi::{
+    P2P_DIRECT_MIN, P2P_DIRECT_SHIFT, P2P_GROUP_SHIFT, P2P_LL_SHIFT, P2P_PAIRED, P2P_STRIDE_MAX, P2P_STRIDE_SHIFT,
+};
 
 /// The base choice of `SYMM_ALGO`: LL packets and the all-reduce algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,7 +181,7 @@ impl Algo {
             write: false,
             pipe: false,
             p2p: false,
-            p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0, stride_log2: 0, ll_log2: 0 },
+            p2p_shape: P2PShape { max_blocks: 0, kib_log2: 0, group_log2: 0, direct_log2: 0, stride_log2: 0, ll_log2: 0, pair: false },
             classic: false,
             grid_log2: 0,
             spread: false,
@@ -346,7 +348,8 @@ impl Algo {
             Base::OneShot => 2,
             Base::TwoShot => 3,
         };
-        // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20) and 38-44 (its stride and LL size, bits 21-27),
+        // The shape takes bits 6-26 (P2PShape::to_bits's bits 0-20), 38-44 (its stride and LL size, bits 21-27)
+        // and 55 (pair, bit 28),
         // grid=N 27-30, spread 31, nospread 32, prefetch 33, nopdl 34, fullsync 35 (all zero: the
         // defaults), write 36, serial 37, rsag 45, batch 46-47, normwrite 48, nobatch 49,
         // nonormwrite 50, loopback 51, noloopback 52, ownstaged 53, classic2 54.
@@ -360,7 +363,7 @@ impl Algo {
             | (!self.light_sync as u64) << 35
             | (self.write as u64) << 36
             | (self.serial as u64) << 37
-            | ((shape >> 21) as u64) << 38
+            | (((shape >> 21) & 0x7f) as u64) << 38
             | (self.rsag as u64) << 45
             | ((self.norm_batch_log2 & 3) as u64) << 46
             | (self.norm_write as u64) << 48
@@ -370,12 +373,15 @@ impl Algo {
             | (self.no_norm_loopback as u64) << 52
             | (self.own_staged as u64) << 53
             | (self.classic_two_ranks as u64) << 54
+            | ((shape >> 28) as u64 & 1) << 55
     }
 
     fn from_bits(wide: u64) -> Algo {
         let b = wide as u32;
         let base = [Base::Auto, Base::Ll, Base::OneShot, Base::TwoShot][(b & 3) as usize];
-        let p2p_shape = P2PShape::from_bits((b >> 6) & 0x1f_ffff | ((wide >> 38) as u32 & 0x7f) << 21);
+        let p2p_shape = P2PShape::from_bits(
+            (b >> 6) & 0x1f_ffff | ((wide >> 38) as u32 & 0x7f) << 21 | ((wide >> 55) as u32 & 1) << 28,
+        );
         let grid_log2 = ((b >> 27) & 0xf) as u8;
         Algo {
             base,
@@ -496,6 +502,10 @@ pub struct P2PShape {
     /// 2 KiB - 1 MiB, at most what the communicator's LL slots hold); 0:
     /// never (the ring or the direct push at every size).
     pub ll_log2: u8,
+    /// `pair=1`: every block is a send half and a receive half (kernels/
+    /// sendrecv.cu "Paired blocks"), an operation getting twice its blocks
+    /// in halves; false: a block serves one operation, as before.
+    pub pair: bool,
 }
 
 impl P2PShape {
@@ -514,7 +524,7 @@ impl P2PShape {
     /// 0.54-1.27x). Staged receive buffers take the ring either way; only
     /// the block count changed for them (not yet swept).
     pub const AUTO: P2PShape =
-        P2PShape { max_blocks: 64, kib_log2: 5, group_log2: 0, direct_log2: 6, stride_log2: 0, ll_log2: 0 };
+        P2PShape { max_blocks: 64, kib_log2: 5, group_log2: 0, direct_log2: 6, stride_log2: 0, ll_log2: 0, pair: false };
     const DEFAULT_BLOCKS: u32 = 16;
     const MAX_BLOCKS: u32 = 64;
     const DEFAULT_KIB_LOG2: u32 = 9;
@@ -569,8 +579,12 @@ impl P2PShape {
                     shape.ll_log2 = v.trailing_zeros() as u8
                 }
                 "ll" => return Err(format!("ll={v}: 0 (never) or a power of two from 2 to 1024 (KiB)")),
+                "pair" if v <= 1 => shape.pair = v == 1,
+                "pair" => return Err(format!("pair={v}: 0 or 1")),
                 other => {
-                    return Err(format!("unknown p2p parameter \"{other}\" (blocks, kib, warps, direct, stride, ll)"))
+                    return Err(format!(
+                        "unknown p2p parameter \"{other}\" (blocks, kib, warps, direct, stride, ll, pair)"
+                    ))
                 }
             }
         }
@@ -579,7 +593,8 @@ impl P2PShape {
 
     /// Seven bits of blocks (0-64), five of the KiB's log2, four of the
     /// group's, five of the direct size's (bits 0-20), three of the
-    /// stride's (bits 21-23), four of the LL size's (bits 24-27).
+    /// stride's (bits 21-23), four of the LL size's (bits 24-27), one of
+    /// pair (bit 28).
     pub fn to_bits(self) -> u32 {
         self.max_blocks as u32
             | (self.kib_log2 as u32) << 7
@@ -587,6 +602,7 @@ impl P2PShape {
             | (self.direct_log2 as u32) << 16
             | (self.stride_log2 as u32) << 21
             | (self.ll_log2 as u32) << 24
+            | (self.pair as u32) << 28
     }
 
     pub fn from_bits(b: u32) -> P2PShape {
@@ -597,15 +613,17 @@ impl P2PShape {
             direct_log2: ((b >> 16) & 0x1f) as u8,
             stride_log2: ((b >> 21) & 0x7) as u8,
             ll_log2: ((b >> 24) & 0xf) as u8,
+            pair: (b >> 28) & 1 != 0,
         }
     }
 
     /// The launch's mode bits that carry the group size, the direct
-    /// push's size, the stride and the LL size (kernels/abi.cuh
+    /// push's size, the stride, the LL size and pairing (kernels/abi.cuh
     /// SYMM_P2P_GROUP_SHIFT, SYMM_P2P_DIRECT_SHIFT, SYMM_P2P_STRIDE_SHIFT,
-    /// SYMM_P2P_LL_SHIFT).
+    /// SYMM_P2P_LL_SHIFT, SYMM_P2P_PAIRED).
     pub(crate) fn mode_bits(self) -> u32 {
-        (self.group_log2 as u32) << P2P_GROUP_SHIFT
+        (if self.pair { P2P_PAIRED } else { 0 })
+            | (self.group_log2 as u32) << P2P_GROUP_SHIFT
             | (self.direct_log2 as u32) << P2P_DIRECT_SHIFT
             | (self.stride_log2 as u32) << P2P_STRIDE_SHIFT
             | (self.ll_log2 as u32) << P2P_LL_SHIFT
@@ -632,6 +650,9 @@ impl std::fmt::Display for P2PShape {
         }
         if self.ll_log2 != 0 {
             write!(f, ":ll={}", 1u32 << self.ll_log2)?;
+        }
+        if self.pair {
+            write!(f, ":pair=1")?;
         }
         Ok(())
     }
@@ -780,7 +801,7 @@ mod tests {
         for bad in [
             ":blocks=0", ":blocks=65", ":kib=100", ":kib=8", ":kib=131072", ":warps=1", ":warps=3", ":chunk=4", ":blocks",
             ":direct=8", ":direct=100", ":direct=131072", ":stride=0", ":stride=3", ":stride=32", ":ll=1", ":ll=3",
-            ":ll=2048",
+            ":ll=2048", ":pair=2", ":pair",
         ] {
             assert!(P2PShape::parse(bad).is_err(), "{bad}");
         }
@@ -789,9 +810,13 @@ mod tests {
         assert_eq!((direct.direct_min(), P2PShape::default().direct_min()), (64 << 10, 1 << 20));
         assert_eq!(direct.mode_bits(), 6 << 16, "the kernel reads log2 of the KiB");
         let widest =
-            P2PShape { max_blocks: 64, kib_log2: 16, group_log2: 9, direct_log2: 16, stride_log2: 4, ll_log2: 10 };
-        let narrow = P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6, direct_log2: 4, stride_log2: 0, ll_log2: 1 };
-        for shape in [wide, groups, direct, widest, P2PShape::default(), narrow] {
+            P2PShape { max_blocks: 64, kib_log2: 16, group_log2: 9, direct_log2: 16, stride_log2: 4, ll_log2: 10, pair: true };
+        let narrow =
+            P2PShape { max_blocks: 1, kib_log2: 16, group_log2: 6, direct_log2: 4, stride_log2: 0, ll_log2: 1, pair: false };
+        let paired = P2PShape::parse(":blocks=32:pair=1").unwrap();
+        assert_eq!((paired.pair, paired.mode_bits(), paired.to_string().as_str()), (true, 2048, ":blocks=32:pair=1"));
+        assert_eq!(P2PShape::parse(":pair=0").unwrap(), P2PShape::default(), "pair=0: a block an operation");
+        for shape in [wide, groups, direct, widest, P2PShape::default(), narrow, paired] {
             assert_eq!(P2PShape::from_bits(shape.to_bits()), shape);
             assert_eq!(P2PShape::parse(&shape.to_string()).unwrap(), shape);
         }
@@ -802,6 +827,9 @@ mod tests {
         let a = Algo::parse("ll+grid=128+p2p:blocks=64:kib=65536:warps=16:direct=65536:stride=16:ll=1024+serial").unwrap();
         assert_eq!(Algo::from_bits(a.to_bits()), a, "the stride's and LL size's bits stay clear of the others");
         assert_eq!((a.p2p_shape.stride_log2, a.p2p_shape.ll_log2), (4, 10));
+        let a = Algo::parse("ll+p2p:pair=1+ownstaged+serial").unwrap();
+        assert_eq!(Algo::from_bits(a.to_bits()), a, "pair's bit 55 clear of the others");
+        assert!(a.p2p_shape.pair && !Algo::from_bits(a.to_bits() & !(1 << 55)).p2p_shape.pair);
         let ll = P2PShape::parse(":blocks=64:ll=256").unwrap();
         assert_eq!((ll.ll_max(), ll.mode_bits()), (256 << 10, 8 << 28), "the kernel reads log2 of the KiB");
         assert_eq!(ll.to_string(), ":blocks=64:ll=256");
