@@ -150,7 +150,8 @@ pub(crate) fn paired_half_blocks(op: &P2POp, blocks: u32, shape: P2PShape, ll_sl
 pub(crate) fn layout_blocks(want: &[(u32, bool)], paired: bool, max_grid: u32) -> (Vec<(u32, u32)>, u32) {
     let mut out = vec![(0, 0); want.len()];
     let mut grid = 0;
-    for direction in if paired { vec![Some(true), Some(false)] } else { vec![None] } {
+    let directions: &[Option<bool>] = if paired { &[Some(true), Some(false)] } else { &[None] };
+    for &direction in directions {
         let picked: Vec<usize> = (0..want.len()).filter(|&i| direction.is_none_or(|d| want[i].1 == d)).collect();
         let counts = fit_blocks(&picked.iter().map(|&i| want[i].0).collect::<Vec<_>>(), max_grid);
         let mut first = 0;
