@@ -105,29 +105,40 @@ pub(crate) fn sized_blocks(op: &P2POp, shape: P2PShape, ll_slot: u64) -> u32 {
     if is_ll(op.bytes, shape, ll_slot) {
         return op.bytes.div_ceil(8).div_ceil(COLL_THREADS as u64).clamp(1, shape.blocks_cap() as u64) as u32;
     }
-    if op.is_send == 0 && op.heap_offset != P2P_NO_DIRECT && op.bytes >= shape.direct_min() {
+    if only_waits(op, shape, ll_slot) {
         return 1;
     }
     op.bytes.div_ceil(shape.bytes_per_block()).clamp(1, shape.blocks_cap() as u64) as u32
 }
 
-/// Blocks of every operation of one sized launch, scaled down (each keeps
-/// at least one) so that the grid fits `max_grid`, which every block must
-/// (they wait on each other across ranks while resident). Nothing pairs
-/// blocks across ranks in the sized kernel, so each rank may choose alone.
-pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
-    let total: u64 = want.iter().map(|&b| b as u64).sum();
+/// A receive the sender pushes into directly (not LL, in the symmetric
+/// heap, from `shape`'s direct size): its block only waits for the data.
+fn only_waits(op: &P2POp, shape: P2PShape, ll_slot: u64) -> bool {
+    op.is_send == 0
+        && op.heap_offset != P2P_NO_DIRECT
+        && op.bytes >= shape.direct_min()
+        && !is_ll(op.bytes, shape, ll_slot)
+}
+
+/// Blocks of every operation of one sized launch, scaled down in place
+/// (each keeps at least one) so that the grid fits `max_grid`, which every
+/// block must (they wait on each other across ranks while resident).
+/// Nothing pairs blocks across ranks in the sized kernel, so each rank may
+/// choose alone.
+pub(crate) fn fit_blocks(blocks: &mut [u32], max_grid: u32) {
+    let total: u64 = blocks.iter().map(|&b| b as u64).sum();
     if total <= max_grid as u64 {
-        return want.to_vec();
+        return;
     }
-    let mut out: Vec<u32> = want.iter().map(|&b| ((b as u64 * max_grid as u64) / total).max(1) as u32).collect();
-    while out.iter().sum::<u32>() > max_grid {
-        match out.iter_mut().filter(|b| **b > 1).max_by_key(|b| **b) {
+    for b in blocks.iter_mut() {
+        *b = ((*b as u64 * max_grid as u64) / total).max(1) as u32;
+    }
+    while blocks.iter().sum::<u32>() > max_grid {
+        match blocks.iter_mut().filter(|b| **b > 1).max_by_key(|b| **b) {
             Some(b) => *b -= 1,
             None => break, // more operations than blocks: one each
         }
     }
-    out
 }
 
 /// Half blocks of a paired launch (`p2p:pair=1`) for an operation that
@@ -135,33 +146,39 @@ pub(crate) fn fit_blocks(want: &[u32], max_grid: u32) -> Vec<u32> {
 /// receive the sender pushes into directly, whose one waiting thread needs
 /// no more than a half.
 pub(crate) fn paired_half_blocks(op: &P2POp, blocks: u32, shape: P2PShape, ll_slot: u64) -> u32 {
-    let waits_only = op.is_send == 0
-        && op.heap_offset != P2P_NO_DIRECT
-        && op.bytes >= shape.direct_min()
-        && !is_ll(op.bytes, shape, ll_slot);
-    if waits_only { 1 } else { 2 * blocks }
+    if only_waits(op, shape, ll_slot) { 1 } else { 2 * blocks }
 }
 
-/// First blocks and block counts of a sized launch's operations (in
-/// `want`'s order), and the grid. Unpaired: one run of blocks, fitted
-/// together into `max_grid`. Paired: each direction numbers its half
-/// blocks from 0, fitted apart into `max_grid` (block b holds send half b
-/// and receive half b); the grid is the longer direction.
-pub(crate) fn layout_blocks(want: &[(u32, bool)], paired: bool, max_grid: u32) -> (Vec<(u32, u32)>, u32) {
-    let mut out = vec![(0, 0); want.len()];
+/// Lay out one sized launch: `ops[i].blocks` holds what operation i wants
+/// on entry and what it gets on return, with its `first_block`; returns the
+/// grid. Unpaired: one run of blocks, fitted together into `max_grid`.
+/// Paired: each direction numbers its half blocks from 0, fitted apart into
+/// `max_grid` (block b holds send half b and receive half b); the grid is
+/// the longer direction. No allocation: a launch holds at most
+/// P2P_MAX_OPS operations.
+pub(crate) fn layout_blocks(ops: &mut [P2POp], paired: bool, max_grid: u32) -> u32 {
+    debug_assert!(ops.len() <= P2P_MAX_OPS);
     let mut grid = 0;
-    let directions: &[Option<bool>] = if paired { &[Some(true), Some(false)] } else { &[None] };
+    let directions: &[Option<u32>] = if paired { &[Some(1), Some(0)] } else { &[None] };
     for &direction in directions {
-        let picked: Vec<usize> = (0..want.len()).filter(|&i| direction.is_none_or(|d| want[i].1 == d)).collect();
-        let counts = fit_blocks(&picked.iter().map(|&i| want[i].0).collect::<Vec<_>>(), max_grid);
+        let mut picked = [0usize; P2P_MAX_OPS];
+        let mut counts = [0u32; P2P_MAX_OPS];
+        let mut n = 0;
+        for (i, op) in ops.iter().enumerate() {
+            if direction.is_none_or(|d| op.is_send == d) {
+                (picked[n], counts[n]) = (i, op.blocks);
+                n += 1;
+            }
+        }
+        fit_blocks(&mut counts[..n], max_grid);
         let mut first = 0;
-        for (&i, &b) in picked.iter().zip(&counts) {
-            out[i] = (first, b);
+        for (&i, &b) in picked[..n].iter().zip(&counts[..n]) {
+            (ops[i].first_block, ops[i].blocks) = (first, b);
             first += b;
         }
         grid = grid.max(first);
     }
-    (out, grid)
+    grid
 }
 
 /// The sized kernel's shape when `algo` runs send/recv on it, `None` for
@@ -232,27 +249,19 @@ pub(super) fn launch_ops(comm: &Comm, stream: CUstream, ops: &[P2POp], api: OpId
             shape
         });
         let paired = shape.is_some_and(|s| s.pair);
-        let want: Vec<(u32, bool)> = round
-            .iter()
-            .map(|op| {
-                let blocks = match shape {
-                    Some(shape) => {
-                        let whole = sized_blocks(op, shape, comm.coll.p2p_ll_slot);
-                        if paired { paired_half_blocks(op, whole, shape, comm.coll.p2p_ll_slot) } else { whole }
-                    }
-                    None => P2P_BLOCKS,
-                };
-                (blocks, op.is_send != 0)
-            })
-            .collect();
+        for op in round.iter_mut() {
+            op.blocks = match shape {
+                Some(shape) => {
+                    let whole = sized_blocks(op, shape, comm.coll.p2p_ll_slot);
+                    if paired { paired_half_blocks(op, whole, shape, comm.coll.p2p_ll_slot) } else { whole }
+                }
+                None => P2P_BLOCKS,
+            };
+        }
         // The fixed kernel keeps its SYMM_P2P_BLOCKS an operation whatever
         // the grid (its block j pairs with the peer's block j).
         let max_grid = if shape.is_some() { comm.coll.max_grid } else { u32::MAX };
-        let (placed, grid) = layout_blocks(&want, paired, max_grid);
-        for (op, (first, blocks)) in round.iter_mut().zip(placed) {
-            op.first_block = first;
-            op.blocks = blocks;
-        }
+        let grid = layout_blocks(&mut round, paired, max_grid);
         let mut a: P2PArgs = comm.p2p_template(api);
         if sized.is_none() {
             a.slot_bytes = FIXED_SLOT_BYTES.min(comm.coll.p2p_slot_bytes);
@@ -350,24 +359,38 @@ mod tests {
         let ll = P2PShape::parse(":blocks=64:kib=32:direct=64:ll=1024:pair=1").unwrap();
         assert_eq!(paired_half_blocks(&op(64 << 10, false, 4096), 16, ll, LL_SLOT), 32, "an LL receive unpacks");
         // Sends [0, 64) and receives [0, 1) and [1, 65): the grid is the longer direction.
-        let (placed, grid) = layout_blocks(&[(64, true), (1, false), (64, false)], true, 132);
+        let (placed, grid) = layout(&[(64, true), (1, false), (64, false)], true, 132);
         assert_eq!((placed, grid), (vec![(0, 64), (0, 1), (1, 64)], 65));
         // Each direction fits the grid alone.
-        let (placed, grid) = layout_blocks(&[(128, true), (128, false), (128, true)], true, 132);
+        let (placed, grid) = layout(&[(128, true), (128, false), (128, true)], true, 132);
         assert!(grid <= 132 && placed[0].0 == 0 && placed[1].0 == 0 && placed[2].0 == placed[0].1, "{placed:?}");
         // Unpaired: one run, in order.
-        let (placed, grid) = layout_blocks(&[(16, true), (1, false), (16, true)], false, 132);
+        let (placed, grid) = layout(&[(16, true), (1, false), (16, true)], false, 132);
         assert_eq!((placed, grid), (vec![(0, 16), (16, 1), (17, 16)], 33));
         // The fixed kernel's 16 an operation, whatever the grid.
-        let (placed, grid) = layout_blocks(&[(16, true); 16], false, u32::MAX);
+        let (placed, grid) = layout(&[(16, true); 16], false, u32::MAX);
         assert_eq!((placed[15], grid), ((240, 16), 256));
+    }
+
+    /// `layout_blocks` on operations that want (blocks, is_send): each
+    /// one's (first_block, blocks), and the grid.
+    fn layout(want: &[(u32, bool)], paired: bool, max_grid: u32) -> (Vec<(u32, u32)>, u32) {
+        let mut ops: Vec<P2POp> =
+            want.iter().map(|&(blocks, is_send)| P2POp { blocks, is_send: is_send as u32, ..Default::default() }).collect();
+        let grid = layout_blocks(&mut ops, paired, max_grid);
+        (ops.iter().map(|op| (op.first_block, op.blocks)).collect(), grid)
     }
 
     #[test]
     fn blocks_fit_the_grid() {
-        assert_eq!(fit_blocks(&[16, 16], 132), vec![16, 16]);
-        let f = fit_blocks(&[16; 16], 66);
+        let fit = |want: &[u32], max_grid| {
+            let mut blocks = want.to_vec();
+            fit_blocks(&mut blocks, max_grid);
+            blocks
+        };
+        assert_eq!(fit(&[16, 16], 132), vec![16, 16]);
+        let f = fit(&[16; 16], 66);
         assert!(f.iter().sum::<u32>() <= 66 && f.iter().all(|&b| b >= 1), "{f:?}");
-        assert_eq!(fit_blocks(&[16, 1, 1], 9), vec![7, 1, 1]);
+        assert_eq!(fit(&[16, 1, 1], 9), vec![7, 1, 1]);
     }
 }
