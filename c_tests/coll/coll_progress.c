@@ -124,7 +124,11 @@ static void run(struct tw *w, struct pk *pk, const struct cw_buf *S, const struc
     uint32_t u = (uint32_t)units, nr = (uint32_t)n, e = (uint32_t)es, sd = seed;
     uint64_t count = c->count, chunk = c->chunk, tmo = consumer_timeout_ns(w);
     void *p[] = {&flags, &u, &nr, &recv, &count, &chunk, &e, &sd, &tmo, &res};
-    unsigned grid = (unsigned)(n * units < 16 ? n * units : 16);
+    /* Ranks sharing one GPU: one consumer block each, so the consumers
+     * leave the SMs the ranks' all-gather blocks need at once (the library
+     * keeps one SM a sharing rank free, not sixteen). */
+    const unsigned most = w->shared ? 1u : 16u;
+    unsigned grid = (unsigned)(n * units < most ? n * units : most);
     if (grid == 0) grid = 1;
     CUresult rc = tu_cu.cuLaunchKernel(pk[i].consumer, grid, 1, 1, 256, 1, 1, 0, r->stream2, p, NULL);
     TW_REQUIRE(r, rc == 0, "cuLaunchKernel(cp_consumer): %s", tu_cu_error(rc));

@@ -77,8 +77,15 @@ impl CollState {
 impl CollState {
     pub fn max_grid(min_sm_count: usize, ranks_on_my_gpu: usize) -> u32 {
         // Ranks sharing a GPU (test-only mode) must all fit at once: their
-        // kernels wait on each other.
-        (min_sm_count / ranks_on_my_gpu.max(1)).clamp(1, COLL_MAX_BLOCKS) as u32
+        // kernels wait on each other. A block may need a whole SM (the
+        // all-gather's 512 threads at 128 registers each), so each sharing
+        // rank also leaves one SM for whatever else it runs beside the
+        // collective (a progress consumer, a norm): filling every SM lets
+        // that side kernel's blocks take the SMs the last ranks' blocks wait
+        // for, and then no rank moves.
+        let ranks = ranks_on_my_gpu.max(1);
+        let usable = if ranks > 1 { min_sm_count.saturating_sub(ranks) } else { min_sm_count };
+        (usable / ranks).clamp(1, COLL_MAX_BLOCKS) as u32
     }
 }
 
@@ -182,6 +189,15 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_grid_leaves_an_sm_per_sharing_rank() {
+        assert_eq!(CollState::max_grid(132, 1), COLL_MAX_BLOCKS as u32, "one rank a GPU: capped, nothing left out");
+        assert_eq!(CollState::max_grid(108, 1), 108, "one rank a GPU uses every SM");
+        assert_eq!(CollState::max_grid(132, 2), 65);
+        assert_eq!(CollState::max_grid(132, 8), 15, "8 x 15 blocks + 8 spare SMs <= 132");
+        assert_eq!(CollState::max_grid(4, 8), 1, "at least one block");
+    }
 
     #[test]
     fn check_cache_remembers_recent_ranges() {
