@@ -68,7 +68,7 @@ static void one_rank_all_reduce(const char *label) {
   CU_REQUIRE(tu_cu.cuMemAlloc(&send, sizeof in));
   CU_REQUIRE(tu_cu.cuMemAlloc(&recv, sizeof out));
   CU_REQUIRE(tu_cu.cuStreamCreate(&s, 1));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(send, in, sizeof in));
+  CU_REQUIRE(tu_upload(send, in, sizeof in));
   rc = symmAllReduce((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, N, symmFloat32, symmSum, c, s);
   CHECK(rc == symmSuccess, "[%s] symmAllReduce: %s (%s)", label, tu_result_name(rc), symmGetLastError(c));
   CU_REQUIRE(tu_cu.cuStreamSynchronize(s));

@@ -24,7 +24,7 @@ static uint32_t *host; /* TOTAL_WORDS */
 /* Reset words [0, n) of the device buffer to the guard pattern. */
 static void fill_guard(CUdeviceptr base, size_t n) {
   for (size_t i = 0; i < n; i++) host[i] = GUARD_PATTERN;
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(base, host, n * 4));
+  CU_REQUIRE(tu_upload(base, host, n * 4));
 }
 
 /* Words [0, n) must be guard, except [lo, lo+count) which must be `value`.

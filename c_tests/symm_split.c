@@ -130,7 +130,7 @@ static CUdeviceptr upload(const struct tw_rank *r, const float *host, size_t cou
   CUdeviceptr d = 0;
   tw_use(r);
   TW_CU(tu_cu.cuMemAlloc(&d, count * sizeof(float)));
-  TW_CU(tu_cu.cuMemcpyHtoD(d, host, count * sizeof(float)));
+  TW_CU(tu_upload(d, host, count * sizeof(float)));
   /* A copy from pageable memory may return before its DMA lands, and the
      collectives run on a non-blocking stream: wait for it. The copy is on
      the legacy default stream; waiting for that stream only (not the whole
@@ -235,7 +235,7 @@ static void run_child(struct tw *tw, struct ctx *cx, int slot, size_t count) {
     if (!k->n) continue;
     tw_use(&tw->r[i]);
     for (size_t e = 0; e < count; e++) host[e] = value(tw->r[i].rank, e);
-    TW_CU(tu_cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)sym[i], host, count * sizeof(float)));
+    TW_CU(tu_upload((CUdeviceptr)(uintptr_t)sym[i], host, count * sizeof(float)));
     TW_CU(tu_cu.cuStreamSynchronize(NULL)); /* as in upload(): the DMA must land first */
   }
   for (int i = 0; i < tw->nlocal; i++) {

@@ -246,6 +246,11 @@ int tu_cuda_load_ext(char *reason, size_t len) {
   return 0;
 }
 
+CUresult tu_upload(CUdeviceptr dst, const void *src, size_t bytes) {
+  CUresult rc = tu_cu.cuMemcpyHtoD(dst, src, bytes);
+  return rc ? rc : tu_cu.cuStreamSynchronize(NULL); /* the legacy stream the copy ran on */
+}
+
 const char *tu_cu_error(CUresult r) {
   static char buf[96];
   const char *name = NULL;

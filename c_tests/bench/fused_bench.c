@@ -163,7 +163,7 @@ static void fill_random(const struct tw_rank *r, CUdeviceptr p, size_t bytes, ui
   tw_use(r);
   for (size_t off = 0; off < bytes; off += sizeof tile) {
     size_t n = bytes - off < sizeof tile ? bytes - off : sizeof tile;
-    TW_CU(tu_cu.cuMemcpyHtoD(p + off, tile, n));
+    TW_CU(tu_upload(p + off, tile, n));
   }
   /* From pageable memory the last DMA may land after the call returns; the
      copies are on the legacy default stream (not the ranks' streams). */
@@ -308,7 +308,7 @@ static void setup(struct tw *w, struct run *x) {
     x->part[i] = x->rs ? dalloc(r, x->ms * x->n * ces) : 0;
     x->scale[i] = dalloc(r, 16);
     float one[4] = {1, 1, 1, 1};
-    TW_CU(tu_cu.cuMemcpyHtoD(x->scale[i], one, sizeof one));
+    TW_CU(tu_upload(x->scale[i], one, sizeof one));
     fill_random(r, x->a[i], sz[i], 1 + (uint64_t)r->rank);
     fill_random(r, x->b[i], x->n * x->k * es, 1000 + (uint64_t)r->rank);
   }

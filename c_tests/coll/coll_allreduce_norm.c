@@ -81,12 +81,12 @@ static void upload_inputs(struct tw_rank *r, int dt, size_t tokens, size_t hidde
   const size_t bytes = tokens * hidden * es;
   for (size_t t = 0; t < tokens; t++)
     for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, in_val(r->rank, t, h)));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(in, host, bytes));
+  CU_REQUIRE(tu_upload(in, host, bytes));
   for (size_t t = 0; t < tokens; t++)
     for (size_t h = 0; h < hidden; h++) cw_put(host, t * hidden + h, es, enc(dt, res_val(t, h) + rank_residual(r->rank)));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(res, host, bytes));
+  CU_REQUIRE(tu_upload(res, host, bytes));
   for (size_t h = 0; h < hidden; h++) cw_put(host, h, es, enc(dt, w_val(h)));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(wt, host, hidden * es));
+  CU_REQUIRE(tu_upload(wt, host, hidden * es));
 }
 
 /* residualOut's exact value: the residual plus every rank's input. */
@@ -290,7 +290,7 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
     tw_use(r);
     upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     scales[0] = given;
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(SC.p[i], scales, 4));
+    CU_REQUIRE(tu_upload(SC.p[i], scales, 4));
     TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
   }
   tw_host_barrier(w, "buffers ready");
@@ -380,7 +380,7 @@ static void run_interleaved(struct tw *w) {
     upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     float *f = (float *)host;
     for (size_t e = 0; e < ar_count; e++) f[e] = (float)(r->rank + (int)(e % 7));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(AIN.p[i], host, ar_count * 4));
+    CU_REQUIRE(tu_upload(AIN.p[i], host, ar_count * 4));
     TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
   }
   tw_host_barrier(w, "buffers ready");

@@ -77,9 +77,9 @@ static void run_case(struct tw *w, enum cw_class cls, size_t k, int rep) {
     for (int q = 0; q < n; q++)
       for (size_t j = 0; j < p.sc[q]; j++) host[p.sd[q] + j] = value_of(r->rank, q, j);
     tw_use(r);
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(S.p[i], host, send_max * 4));
+    CU_REQUIRE(tu_upload(S.p[i], host, send_max * 4));
     for (size_t e = 0; e < recv_max; e++) host[e] = POISON;
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(R.p[i], host, recv_max * 4));
+    CU_REQUIRE(tu_upload(R.p[i], host, recv_max * 4));
   }
   tw_host_barrier(w, "buffers ready");
   for (int i = 0; i < w->nlocal; i++) {

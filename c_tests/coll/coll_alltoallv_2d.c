@@ -151,16 +151,16 @@ static void fill(struct tw *w, struct bufs *b, int i, int es, const struct cfg *
     for (int e = 0; e < ne; e++)
       for (size_t j = 0; j < (size_t)p.sc[q * ne + e] * es; j++) host[at++] = byte_of(r->rank, q, e, j, c->rep);
   tw_use(r);
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->S.p[i], host, at ? at : 1));
+  CU_REQUIRE(tu_upload(b->S.p[i], host, at ? at : 1));
   memset(host, POISON, most);
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->R.p[i], host, b->recv_bytes));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->B[i], host, b->back_bytes));
+  CU_REQUIRE(tu_upload(b->R.p[i], host, b->recv_bytes));
+  CU_REQUIRE(tu_upload(b->B[i], host, b->back_bytes));
   if (bad_block >= 0) p.sc[bad_block] = -3;
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->splits[i], p.sc, (size_t)n * ne * 8));
+  CU_REQUIRE(tu_upload(b->splits[i], p.sc, (size_t)n * ne * 8));
   int64_t junk[2 * MAXS];
   for (int q = 0; q < 2 * MAXS; q++) junk[q] = JUNK;
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->oso[i], junk, sizeof junk));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->oso2[i], junk, sizeof junk));
+  CU_REQUIRE(tu_upload(b->oso[i], junk, sizeof junk));
+  CU_REQUIRE(tu_upload(b->oso2[i], junk, sizeof junk));
   /* From pageable memory the DMA may land after the copy returns; the calls
    * run on a non-blocking stream. */
   TW_CU(tu_cu.cuCtxSynchronize());

@@ -94,13 +94,13 @@ static void fill(struct tw *w, struct bufs *b, int i, int es, size_t k, int pat,
   for (int q = 0; q < w->nranks; q++)
     for (size_t j = 0; j < (size_t)p.sc[q] * es; j++) host[at++] = byte_of(r->rank, q, j, rep);
   tw_use(r);
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->S.p[i], host, at ? at : 1));
+  CU_REQUIRE(tu_upload(b->S.p[i], host, at ? at : 1));
   memset(host, POISON, b->recv_bytes);
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->R[i], host, b->recv_bytes));
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->splits[i], p.sc, (size_t)w->nranks * 8));
+  CU_REQUIRE(tu_upload(b->R[i], host, b->recv_bytes));
+  CU_REQUIRE(tu_upload(b->splits[i], p.sc, (size_t)w->nranks * 8));
   int64_t junk[2 * TW_MAX_RANKS];
   for (int q = 0; q < 2 * TW_MAX_RANKS; q++) junk[q] = -7;
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->out[i], junk, sizeof junk));
+  CU_REQUIRE(tu_upload(b->out[i], junk, sizeof junk));
   /* From pageable memory the DMA may land after the copy returns; the call
    * runs on a non-blocking stream. */
   TW_CU(tu_cu.cuCtxSynchronize());

@@ -106,7 +106,7 @@ static void make_ops(struct tw *w, struct world_bufs *b) {
     for (int dt = 0; dt < CW_NDTYPES; dt++) {
       uint64_t s = scalar_of(dt, r->rank);
       const CUdeviceptr at = b->scalar[i] + 8 * (CUdeviceptr)dt;
-      CU_REQUIRE(tu_cu.cuMemcpyHtoD(at, &s, (size_t)cw_dt[dt].size));
+      CU_REQUIRE(tu_upload(at, &s, (size_t)cw_dt[dt].size));
       if (r->rank % 2 == 0)
         TW_SYMM_REQUIRE(r, symmRedOpCreatePreMulSum(&b->op[i][dt], &s, (symmDataType_t)dt, symmScalarHostImmediate, r->comm));
       else
@@ -161,7 +161,7 @@ static void run_case(struct tw *w, struct world_bufs *b, int c, int dt, size_t c
     struct tw_rank *r = &w->r[i];
     for (size_t j = 0; j < ni; j++) cw_put(host, j, size, cw_gen(dt, seed, r->rank, j));
     tw_use(r);
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->in.p[i], host, ni * (size_t)size));
+    CU_REQUIRE(tu_upload(b->in.p[i], host, ni * (size_t)size));
     CU_REQUIRE(cw_cu.cuMemsetD8Async(b->out.p[i], 0xA5, b->out.bytes, r->stream));
     TW_CHECK(r, tw_stream_poll(r, r->stream, 30.0) == 0, "the set-up did not finish");
   }
@@ -219,7 +219,7 @@ static void graph_replays(struct tw *w, struct world_bufs *b, uint64_t seed, uns
     struct tw_rank *r = &w->r[i];
     tw_use(r);
     for (size_t j = 0; j < count * (size_t)n; j++) cw_put(host, j, 4, cw_gen(dt, seed, r->rank, j));
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->in.p[i], host, count * (size_t)n * 4));
+    CU_REQUIRE(tu_upload(b->in.p[i], host, count * (size_t)n * 4));
     void *scalar = (void *)(uintptr_t)(b->scalar[i] + 8 * (CUdeviceptr)dt);
     TW_SYMM_REQUIRE(r, symmRedOpCreatePreMulSum(&op[i], scalar, symmFloat32, symmScalarDevice, r->comm));
     TW_CU(tu_cu.cuStreamBeginCapture(r->stream, TU_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
@@ -238,7 +238,7 @@ static void graph_replays(struct tw *w, struct world_bufs *b, uint64_t seed, uns
     for (int i = 0; i < w->nlocal; i++) {
       struct tw_rank *r = &w->r[i];
       tw_use(r);
-      CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->scalar[i] + 8 * (CUdeviceptr)dt, &scalars[r->rank], 4));
+      CU_REQUIRE(tu_upload(b->scalar[i] + 8 * (CUdeviceptr)dt, &scalars[r->rank], 4));
     }
     tw_host_barrier(w, "scalars written");
     for (int i = 0; i < w->nlocal; i++) {
@@ -271,7 +271,7 @@ static void graph_replays(struct tw *w, struct world_bufs *b, uint64_t seed, uns
   for (int i = 0; i < w->nlocal; i++) {
     uint64_t s = scalar_of(dt, w->r[i].rank);
     tw_use(&w->r[i]);
-    CU_REQUIRE(tu_cu.cuMemcpyHtoD(b->scalar[i] + 8 * (CUdeviceptr)dt, &s, 4));
+    CU_REQUIRE(tu_upload(b->scalar[i] + 8 * (CUdeviceptr)dt, &s, 4));
   }
 }
 

@@ -76,7 +76,7 @@ static void device_counts(int entries, int64_t rows, CUdeviceptr at) {
   int64_t host[2 * TW_MAX_RANKS * 2];
   REQUIRE(entries <= TW_MAX_RANKS * 2, "too many count entries");
   for (int i = 0; i < entries; i++) host[i] = rows;
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(at, host, (size_t)entries * sizeof(int64_t)));
+  CU_REQUIRE(tu_upload(at, host, (size_t)entries * sizeof(int64_t)));
 }
 
 static void rank0_case(struct tw *tw, struct tw_rank *r, int k, void *sym_s, void *sym_r) {

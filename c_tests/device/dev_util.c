@@ -75,7 +75,7 @@ void dev_fill_words(const struct tw_rank *r, CUdeviceptr p, size_t words, uint32
   TW_REQUIRE(r, h != NULL, "out of host memory");
   for (size_t i = 0; i < words; i++) h[i] = v;
   tw_use(r);
-  CU_REQUIRE(tu_cu.cuMemcpyHtoD(p, h, words * 4));
+  CU_REQUIRE(tu_upload(p, h, words * 4));
   /* From pageable memory the DMA may land after the call returns; kernels
      on a non-blocking stream must not run before it. The copy is on the
      legacy default stream: wait for that, not for the whole context (where

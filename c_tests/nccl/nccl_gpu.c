@@ -313,7 +313,9 @@ static void check_registered(ncclComm_t c, cudaStream_t s, int r, int n) {
   float *in = dev_fill(count, ncclFloat32, r, n, ncclSum), *out, *win_buf;
   CUDA(cudaMalloc((void **)&out, count * 4));
   NCCLC(c, ncclMemAlloc((void **)&win_buf, count * 4));
-  CUDA(cudaMemcpy(win_buf, in, count * 4, cudaMemcpyDeviceToDevice));
+  /* On s, not cudaMemcpy: a device-to-device cudaMemcpy returns before it
+   * ends, on the legacy stream, which s (non-blocking) does not wait for. */
+  CUDA(cudaMemcpyAsync(win_buf, in, count * 4, cudaMemcpyDeviceToDevice, s));
   ncclWindow_t win;
   NCCLC(c, ncclCommWindowRegister(c, win_buf, count * 4, &win, NCCL_WIN_COLL_SYMMETRIC));
   NCCLC(c, ncclAllReduce(win_buf, out, count, ncclFloat32, ncclSum, c, s));
@@ -327,7 +329,7 @@ static void check_registered(ncclComm_t c, cudaStream_t s, int r, int n) {
   /* ncclMemAlloc + ncclCommRegister */
   void *m, *handle;
   NCCLC(c, ncclMemAlloc(&m, count * 4));
-  CUDA(cudaMemcpy(m, in, count * 4, cudaMemcpyDeviceToDevice));
+  CUDA(cudaMemcpyAsync(m, in, count * 4, cudaMemcpyDeviceToDevice, s));
   NCCLC(c, ncclCommRegister(c, m, count * 4, &handle));
   NCCLC(c, ncclAllReduce(m, m, count, ncclFloat32, ncclMax, c, s));
   CUDA(cudaStreamSynchronize(s));
@@ -353,7 +355,7 @@ static void check_graph(ncclComm_t c, cudaStream_t s, int r, int n) {
   CUDA(cudaStreamEndCapture(s, &g));
   CUDA(cudaGraphInstantiate(&ge, g, 0));
   for (int it = 0; it < 3; it++) {
-    CUDA(cudaMemset(out, 0, count * 4));
+    CUDA(cudaMemsetAsync(out, 0, count * 4, s)); /* ordered before the replay (cudaMemset is not) */
     CUDA(cudaGraphLaunch(ge, s));
     CUDA(cudaStreamSynchronize(s));
     float *h = dev_to_host(out, count * 4);

@@ -138,7 +138,9 @@ static int run_rank(int rank, int nranks, const symmUniqueId& id, int tokens, in
   __nv_bfloat16* h_w = (__nv_bfloat16*)malloc(hidden * sizeof(__nv_bfloat16));
   double* y = (double*)malloc(hidden * sizeof(double));
   for (int h = 0; h < hidden; ++h) h_w[h] = weight_value(h);
-  CUDA_OK(cudaMemcpy(weight, h_w, hidden * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  // On the stream: a cudaMemcpy from pageable memory may return before its
+  // DMA ends, and a non-blocking stream does not wait for it.
+  CUDA_OK(cudaMemcpyAsync(weight, h_w, hidden * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, stream));
 
   cudaGraphExec_t graph = NULL;
   double worst_out = 0, worst_res = 0, worst_rel = 0, largest = 0;

@@ -42,6 +42,7 @@ pub fn read(c: &Comm, clear: bool) -> Result<Vec<symmTimelineEvent_t>> {
         cu!(cuMemcpyDtoH_v2(raw.as_mut_ptr().cast(), buf.ptr, std::mem::size_of_val(raw.as_slice())))?;
         if clear {
             cu!(cuMemsetD8_v2(buf.ptr, 0, buf.size))?;
+            crate::cuda::buffer::wait_legacy_stream()?;
         }
     }
     Ok(intervals(&raw))

@@ -24,17 +24,31 @@ impl DeviceBuffer {
         cu!(cuMemAlloc_v2(&mut ptr, size.max(1)))?;
         let buf = DeviceBuffer { ptr, size, device: device.clone() };
         cu!(cuMemsetD8_v2(ptr, 0, size.max(1)))?;
+        wait_legacy_stream()?;
         Ok(buf)
     }
 
-    /// Synchronous copy of `data` into the start of the buffer.
+    /// Copy `data` into the start of the buffer; done when this returns.
     pub fn write<T: Copy>(&self, data: &[T]) -> Result<()> {
         let bytes = std::mem::size_of_val(data);
         assert!(bytes <= self.size, "DeviceBuffer::write past the end");
         let _cur = self.device.make_current()?;
         cu!(cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), bytes))?;
-        Ok(())
+        wait_legacy_stream()
     }
+}
+
+/// Wait for the memsets and copies just issued on the legacy default
+/// stream (the current context's). A device memset, and a copy from
+/// pageable host memory, may return before the device has done them
+/// (CUDA's "API synchronization behavior"), and kernels on non-blocking
+/// streams, the kind callers pass, do not wait for the legacy stream: a
+/// collective enqueued right after `symmCommRegister` could otherwise read
+/// a pointer table not yet written. The copy itself already waited for the
+/// legacy stream's earlier work, so this adds only the copy.
+pub(crate) fn wait_legacy_stream() -> Result<()> {
+    cu!(cuStreamSynchronize(std::ptr::null_mut()))?;
+    Ok(())
 }
 
 impl Drop for DeviceBuffer {
