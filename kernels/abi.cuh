@@ -294,6 +294,11 @@ static_assert(sizeof(SymmP2PArgs) == 32 + 8 + 64 + 8 + 64 + 8 + 64 + 40 * SYMM_P
 // the channel's slots are then 2 x SymmP2PArgs::slot_bytes bytes. The same
 // on every rank (a communicator setting).
 #define SYMM_P2P_RING_SHIFT 24u
+// SymmP2PArgs::mode bit 11 (the sized kernel, p2p:pair=1): every block is
+// a send half and a receive half (kernels/sendrecv.cu, "Paired blocks");
+// SymmP2POp::first_block / blocks then count half blocks within the
+// operation's direction. Either end of a pair may set it alone.
+#define SYMM_P2P_PAIRED 2048u
 #define SYMM_P2P_GROUP 128u                 // threads per warp group by default
 // SymmP2PArgs::mode bits 12-15 (the sized kernel): log2 of the threads per
 // warp group (6-9: 64-512), 0 for SYMM_P2P_GROUP. Sender and receiver may

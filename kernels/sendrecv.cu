@@ -155,8 +155,10 @@ __device__ __forceinline__ uint32_t p2p_ring(uint32_t mode) {
   return log2 ? min(1u << log2, SYMM_P2P_RING_MAX) : SYMM_P2P_RING;
 }
 
-__device__ __forceinline__ void group_barrier(uint32_t group, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(threads) : "memory");
+// Named barrier `id` over `threads` threads (a multiple of 32): warp group
+// g waits on 1 + g, a paired block's half on 9 + half, a whole block on 0.
+__device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Threads per warp group of this launch (mode bits 12-15; see abi.cuh).
@@ -282,12 +284,6 @@ __device__ __forceinline__ void copy_chunks(char* ring, uint32_t slots, char* bu
 // 10; the warp groups' are 1-8), never on __syncthreads, since its other
 // half may have left or wait elsewhere.
 
-// SymmP2PArgs::mode bit 11 of the sized kernel (mirrored in src/cuda/abi.rs
-// P2P_PAIRED; kept here, the one family that reads it). SymmP2POp::
-// first_block / blocks then count half blocks within the operation's
-// direction.
-#define SYMM_P2P_PAIRED 2048u
-
 // One operation's block as the kernel sees it: the whole block, or a half.
 struct P2PBlock {
   uint32_t tid;      // thread within it
@@ -302,9 +298,7 @@ __device__ __forceinline__ P2PBlock p2p_block(uint32_t mode) {
   return P2PBlock{threadIdx.x % threads, threads, half, 9 + half};
 }
 
-__device__ __forceinline__ void p2p_sync(const P2PBlock& b) {
-  asm volatile("bar.sync %0, %1;" ::"r"(b.bar), "r"(b.threads) : "memory");
-}
+__device__ __forceinline__ void p2p_sync(const P2PBlock& b) { named_barrier(b.bar, b.threads); }
 
 // p2p_sync, and whether any of the block's threads passed a nonzero `pred`.
 __device__ __forceinline__ bool p2p_sync_or(const P2PBlock& b, int pred) {
@@ -561,7 +555,7 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       const uint64_t off = (uint64_t)c * SYMM_P2P_CHUNK, len = min((uint64_t)SYMM_P2P_CHUNK, op.bytes - off);
       copy_bytes_by(dst + off, reinterpret_cast<const char*>(op.buf) + off, len, lane, gt, true);
     }
-    group_barrier(group, gt);
+    named_barrier(1 + group, gt);
     if (lane == 0 && sent) red_add_release_sys(theirs + SYMM_P2PS_ARRIVED(a.rank), sent);
   } else if (!fail && op.is_send) {
     // Step s: chunks [s * stride, +n) of the operation, ring chunks q0...
@@ -569,14 +563,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       const uint32_t c0 = s * stride, n = min(stride, nchunks - c0), q0 = base + c0;
       if (lane < n && !wait_geq(a, mine + SYMM_P2PS_DONE(peer, (q0 + lane) % ring), q0 + lane + 1 - ring, peer, jb))
         group_failed[group] = 1;
-      group_barrier(group, gt);
+      named_barrier(1 + group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
       copy_chunks(channel_out, ring, const_cast<char*>(reinterpret_cast<const char*>(op.buf)), op.bytes, c0, q0, n,
                   true, lane, gt);
-      group_barrier(group, gt);
+      named_barrier(1 + group, gt);
       if (lane == 0) publish_chunks(theirs + SYMM_P2PS_READY(a.rank, 0), q0, n, ring);
     }
   } else if (!fail && is_direct) {
@@ -589,14 +583,14 @@ SYMM_KERNEL void __launch_bounds__(SYMM_COLL_THREADS) symm_sendrecv_sized(SymmP2
       if (lane < n && !wait_geq_or_nack(a, mine + SYMM_P2PS_READY(peer, (q0 + lane) % ring), q0 + lane + 1, nack,
                                         call, op.bytes, peer, jb))
         group_failed[group] = 1;
-      group_barrier(group, gt);
+      named_barrier(1 + group, gt);
       if (group_failed[group]) {
         fail = 1;
         break;
       }
       copy_chunks(const_cast<char*>(channel_in), ring, reinterpret_cast<char*>(op.buf), op.bytes, c0, q0, n, false,
                   lane, gt);
-      group_barrier(group, gt);
+      named_barrier(1 + group, gt);
       if (lane == 0) publish_chunks(theirs + SYMM_P2PS_DONE(a.rank, 0), q0, n, ring);
     }
   }

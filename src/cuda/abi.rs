@@ -350,7 +350,7 @@ pub(crate) const P2P_STRIDE_MAX: u32 = 16;
 /// `SYMM_P2P_LL_SHIFT`: the sized kernel's mode bits 28-31 hold log2 of the
 /// KiB up to which a message goes as LL packets (0: never).
 pub(crate) const P2P_LL_SHIFT: u32 = 28;
-/// `SYMM_P2P_PAIRED` (kernels/sendrecv.cu): the sized kernel's mode bit 11 (`p2p:pair=1`): each
+/// `SYMM_P2P_PAIRED`: the sized kernel's mode bit 11 (`p2p:pair=1`): each
 /// block's first half serves the launch's sends and its second half its
 /// receives; an operation's `first_block` / `blocks` count half blocks of
 /// its direction.
