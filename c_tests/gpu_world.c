@@ -384,7 +384,7 @@ void tw_check_context_usable(const struct tw_rank *r, const char *after) {
   }
   for (size_t i = 0; i < n; i++) h[i] = tu_pattern_byte((uint32_t)r->rank, 777, i);
   rc = tu_upload(d, h, n);
-  TW_CHECK(r, rc == 0, "after %s: cuMemcpyHtoD: %s", after, tu_cu_error(rc));
+  TW_CHECK(r, rc == 0, "after %s: tu_upload: %s", after, tu_cu_error(rc));
   memset(h, 0, n);
   rc = tu_cu.cuMemcpyDtoH(h, d, n);
   TW_CHECK(r, rc == 0, "after %s: cuMemcpyDtoH: %s", after, tu_cu_error(rc));

@@ -131,11 +131,6 @@ static CUdeviceptr upload(const struct tw_rank *r, const float *host, size_t cou
   tw_use(r);
   TW_CU(tu_cu.cuMemAlloc(&d, count * sizeof(float)));
   TW_CU(tu_upload(d, host, count * sizeof(float)));
-  /* A copy from pageable memory may return before its DMA lands, and the
-     collectives run on a non-blocking stream: wait for it. The copy is on
-     the legacy default stream; waiting for that stream only (not the whole
-     context) never waits behind a rank's kernel that spins on a peer. */
-  TW_CU(tu_cu.cuStreamSynchronize(NULL));
   return d;
 }
 
@@ -236,7 +231,6 @@ static void run_child(struct tw *tw, struct ctx *cx, int slot, size_t count) {
     tw_use(&tw->r[i]);
     for (size_t e = 0; e < count; e++) host[e] = value(tw->r[i].rank, e);
     TW_CU(tu_upload((CUdeviceptr)(uintptr_t)sym[i], host, count * sizeof(float)));
-    TW_CU(tu_cu.cuStreamSynchronize(NULL)); /* as in upload(): the DMA must land first */
   }
   for (int i = 0; i < tw->nlocal; i++) {
     struct child *k = &cx->kids[i][slot];

@@ -166,11 +166,13 @@ int tu_cuda_use_device(int ordinal, char *reason, size_t len);
 const char *tu_cu_error(CUresult r);
 
 /* cuMemcpyHtoD that returns once the bytes are on the device: the drivers
- * upload with this, never with cuMemcpyHtoD itself. From pageable memory
- * the driver's synchronous copy returns once the bytes are staged, before
- * its DMA ends (CUDA's "API synchronization behavior"), and the harness's
- * non-blocking streams do not wait for the legacy stream it ran on: a
- * collective enqueued next could read the old bytes. */
+ * upload with this, never with cuMemcpyHtoD itself, and need no sync after.
+ * From pageable memory the driver's synchronous copy returns once the bytes
+ * are staged, before its DMA ends (CUDA's "API synchronization behavior"),
+ * and the harness's non-blocking streams do not wait for the legacy stream
+ * it ran on: a collective enqueued next could read the old bytes. It waits
+ * for the legacy stream only, not the whole context, so it never waits
+ * behind another rank's kernel spinning on a peer. */
 CUresult tu_upload(CUdeviceptr dst, const void *src, size_t bytes);
 
 /* Run a driver call; on failure report it and exit (the harness is broken,

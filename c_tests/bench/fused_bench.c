@@ -165,9 +165,6 @@ static void fill_random(const struct tw_rank *r, CUdeviceptr p, size_t bytes, ui
     size_t n = bytes - off < sizeof tile ? bytes - off : sizeof tile;
     TW_CU(tu_upload(p + off, tile, n));
   }
-  /* From pageable memory the last DMA may land after the call returns; the
-     copies are on the legacy default stream (not the ranks' streams). */
-  TW_CU(tu_cu.cuStreamSynchronize(NULL));
 }
 
 static CUdeviceptr dalloc(const struct tw_rank *r, size_t bytes) {

@@ -206,9 +206,6 @@ static void run_case(struct tw *w, int dt, size_t tokens, size_t hidden, enum cw
       CU_REQUIRE(cw_cu.cuMemcpyDtoDAsync(KEEP_RES.p[i], RES.p[i], bytes, r->stream));
     }
     tw_stream_wait(r, 60, "poisoning the outputs");
-    /* The copies above came from pageable memory: their DMA may land after
-     * they return, and the call runs on a non-blocking stream. */
-    TW_CU(tu_cu.cuCtxSynchronize());
   }
   tw_host_barrier(w, "buffers ready");
   CUgraph g[TW_MAX_RANKS] = {0};
@@ -291,7 +288,6 @@ static void run_fp8_case(struct tw *w, int dt, size_t tokens, size_t hidden, int
     upload_inputs(r, dt, tokens, hidden, IN.p[i], RES.p[i], WT.p[i], host);
     scales[0] = given;
     CU_REQUIRE(tu_upload(SC.p[i], scales, 4));
-    TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
   }
   tw_host_barrier(w, "buffers ready");
   for (int i = 0; i < w->nlocal; i++) {
@@ -381,7 +377,6 @@ static void run_interleaved(struct tw *w) {
     float *f = (float *)host;
     for (size_t e = 0; e < ar_count; e++) f[e] = (float)(r->rank + (int)(e % 7));
     CU_REQUIRE(tu_upload(AIN.p[i], host, ar_count * 4));
-    TW_CU(tu_cu.cuCtxSynchronize()); /* pageable copies: the DMA must land first */
   }
   tw_host_barrier(w, "buffers ready");
   for (int i = 0; i < w->nlocal; i++) {

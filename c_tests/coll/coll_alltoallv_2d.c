@@ -161,9 +161,6 @@ static void fill(struct tw *w, struct bufs *b, int i, int es, const struct cfg *
   for (int q = 0; q < 2 * MAXS; q++) junk[q] = JUNK;
   CU_REQUIRE(tu_upload(b->oso[i], junk, sizeof junk));
   CU_REQUIRE(tu_upload(b->oso2[i], junk, sizeof junk));
-  /* From pageable memory the DMA may land after the copy returns; the calls
-   * run on a non-blocking stream. */
-  TW_CU(tu_cu.cuCtxSynchronize());
   free(host);
 }
 

@@ -76,11 +76,6 @@ void dev_fill_words(const struct tw_rank *r, CUdeviceptr p, size_t words, uint32
   for (size_t i = 0; i < words; i++) h[i] = v;
   tw_use(r);
   CU_REQUIRE(tu_upload(p, h, words * 4));
-  /* From pageable memory the DMA may land after the call returns; kernels
-     on a non-blocking stream must not run before it. The copy is on the
-     legacy default stream: wait for that, not for the whole context (where
-     another rank's kernel may spin on a peer). */
-  CU_REQUIRE(tu_cu.cuStreamSynchronize(NULL));
   free(h);
 }
 
