@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::memory::symmetric;
 
 use super::algo::{Algo, AlgoCell};
-use super::{busiest_gpu_ranks, Parts};
+use super::Parts;
 
 /// Per-communicator state of the collectives, made at init.
 pub struct CollState {
@@ -186,9 +186,28 @@ pub(super) fn coll_state(p: &Parts) -> Result<CollState> {
     })
 }
 
+/// The most ranks any one GPU holds (more than 1 only in the test-only
+/// shared-device mode). The grid is divided by it on every rank: blocks
+/// pair up across ranks by index and split ranges by the grid size, so a
+/// grid must not depend on which GPU a rank shares (a rank alone on its GPU
+/// launching more blocks than its peers made them read unwritten ranges).
+fn busiest_gpu_ranks<T: PartialEq>(gpu_of_rank: impl Iterator<Item = T> + Clone) -> usize {
+    gpu_of_rank.clone().map(|g| gpu_of_rank.clone().filter(|o| *o == g).count()).max().unwrap_or(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grid_divisor_is_the_same_on_every_rank() {
+        // 3 ranks on 2 GPUs: GPU "a" holds two, so every rank divides by 2,
+        // including rank 1, alone on "b".
+        assert_eq!(busiest_gpu_ranks(["a", "b", "a"].iter()), 2);
+        assert_eq!(busiest_gpu_ranks(["a", "b", "c", "d"].iter()), 1);
+        assert_eq!(busiest_gpu_ranks(["a", "b", "a", "b", "a", "b", "a", "b"].iter()), 4);
+        assert_eq!(busiest_gpu_ranks(std::iter::empty::<&str>()), 1);
+    }
 
     #[test]
     fn max_grid_leaves_an_sm_per_sharing_rank() {
