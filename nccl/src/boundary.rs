@@ -16,7 +16,7 @@ thread_local! {
 /// Run an exported function's body; an error is recorded on `comm` when it
 /// is a live communicator, else on the calling thread.
 pub fn boundary(api: &'static str, comm: crate::comm::NcclComm, body: impl FnOnce() -> Result<()>) -> c_int {
-    crate::debug_init();
+    crate::config::debug_init();
     let err = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => return NCCL_SUCCESS,
         Ok(Err(e)) => e,
@@ -33,7 +33,7 @@ pub fn boundary(api: &'static str, comm: crate::comm::NcclComm, body: impl FnOnc
 
 /// For exports returning a value, not a code: a panic yields `fallback`.
 pub fn boundary_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    crate::debug_init();
+    crate::config::debug_init();
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 

@@ -18,6 +18,12 @@ use crate::symm::{self, SymmComm, SymmUniqueId};
 /// `ncclComm_t` as C sees it: a number looked up in [`TABLE`], never dereferenced.
 pub type NcclComm = *mut c_void;
 
+/// The null communicator: what an export passes to `boundary` when it has
+/// none (errors then go to the calling thread).
+pub fn null() -> NcclComm {
+    std::ptr::null_mut()
+}
+
 pub struct Comm {
     /// The native communicator; null when this one is served by NCCL only.
     pub symm: SymmComm,

@@ -1,7 +1,13 @@
 //! The `SYMM_NCCL_*` environment variables, read once per process through
-//! one helper (as symmcomm's own `SYMM_*` settings are).
+//! one helper (as symmcomm's own `SYMM_*` settings are), the NCCL version
+//! this library stands in for, and the logger's set-up at the first call.
 
+use std::ffi::c_int;
 use std::sync::OnceLock;
+
+/// The NCCL version this library stands in for (nccl.h 2.28.9, the pinned
+/// header it is checked against).
+pub const NCCL_VERSION_CODE: c_int = 22809;
 
 /// `SYMM_NCCL_MODE`: which path communicators take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,4 +54,15 @@ fn param(name: &str) -> Option<String> {
     let v = std::env::var(format!("{}{name}", symmcomm::config::PREFIX)).ok()?;
     let v = v.trim();
     (!v.is_empty()).then(|| v.to_string())
+}
+
+/// symmcomm's logger (SYMM_DEBUG), plus this library's config warnings.
+pub(crate) fn debug_init() {
+    symmcomm::debug::init();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cfg = get();
+        cfg.warnings.iter().for_each(|w| log::warn!(target: "symmcomm::config", "{w}"));
+        log::info!(target: "symmcomm::config", "NCCL stand-in {NCCL_VERSION_CODE}, SYMM_NCCL_MODE={:?}, SYMM_NCCL_LIB={:?}", cfg.mode, cfg.lib);
+    });
 }

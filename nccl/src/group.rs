@@ -6,10 +6,12 @@
 //! per init on the device that was current when it was queued.
 
 use std::cell::RefCell;
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
-use crate::error::{cuda, from_symm, Error, Result, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
-use crate::{real, symm};
+use crate::error::{cuda, from_symm, not_null, Error, Result, NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR};
+use crate::boundary::boundary;
+use crate::comm::null;
+use crate::{config, real, symm};
 
 pub type Init = Box<dyn FnOnce() -> Result<()> + Send>;
 
@@ -151,3 +153,34 @@ fn set_device(dev: c_int) -> Result<()> {
         cuda(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     }
 }
+
+// ---- the exports ----------------------------------------------------------
+
+nccl_api!(ncclGroupStart / pncclGroupStart() -> c_int {
+    boundary("ncclGroupStart", null(), || {
+        // Load the real NCCL now (if it is used at all), so that a group
+        // opened before the first communicator still spans both paths.
+        if config::get().mode != config::Mode::Symm {
+            let _ = real::get();
+        }
+        start()
+    })
+});
+
+nccl_api!(ncclGroupEnd / pncclGroupEnd() -> c_int {
+    boundary("ncclGroupEnd", null(), end)
+});
+
+nccl_api!(ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut c_void) -> c_int {
+    // Only NCCL can estimate; symmcomm-served calls of the group have no
+    // simulator, so ending the group runs them (as ncclGroupEnd would).
+    boundary("ncclGroupSimulateEnd", null(), || {
+        not_null(simInfo, "simInfo")?;
+        let r = real::get()?;
+        let f = real::func(r, r.api.ncclGroupSimulateEnd, "ncclGroupSimulateEnd")?;
+        simulate_end(|| {
+            // SAFETY: NCCL's signature; simInfo checked non-null.
+            real::check(r, unsafe { f(simInfo) }, std::ptr::null_mut(), "ncclGroupSimulateEnd")
+        })
+    })
+});
