@@ -4,7 +4,7 @@
 pub mod algo;
 pub mod coll_state;
 mod device_errors;
-pub mod p2p_shape;
+mod p2p_shape;
 mod peers;
 pub mod red_ops;
 
