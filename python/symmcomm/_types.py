@@ -6,39 +6,13 @@ checked against include/symmcomm.h on a machine without torch.
 
 from __future__ import annotations
 
-import enum
+from ._result import Result, _CEnum
+from .errors import SymmInvalidArgumentError, SymmNotSupportedError
 
 # Sizes and limits, as #defined in include/symmcomm.h.
 UNIQUE_ID_BYTES = 128
 SIGNAL_CHANNELS = 1024
 SPLIT_NOCOLOR = -1
-
-
-class _CEnum(enum.IntEnum):
-    """An enum whose members also know their C enumerator name."""
-
-    @property
-    def c_name(self) -> str:
-        return self._c_prefix() + self.name
-
-    @classmethod
-    def _c_prefix(cls) -> str:
-        return "symm"
-
-
-class Result(_CEnum):
-    """symmResult_t (fixed numbers; 0-6 as NCCL's ncclResult_t)."""
-
-    Success = 0
-    UnhandledCudaError = 1
-    SystemError = 2
-    InternalError = 3
-    InvalidArgument = 4
-    InvalidUsage = 5
-    RemoteError = 6
-    InProgress = 7
-    Timeout = 8
-    NotSupported = 9
 
 
 class DataType(_CEnum):
@@ -175,8 +149,6 @@ def datatype_for(dtype) -> DataType:
     name = dtype_name(dtype)
     dt = TORCH_DTYPES.get(name)
     if dt is None:
-        from .errors import SymmInvalidArgumentError
-
         raise SymmInvalidArgumentError(
             int(Result.InvalidArgument),
             f"symmcomm has no element type for torch.{name}; it computes on "
@@ -199,9 +171,7 @@ class PreMulSum:
 
     def __init__(self, factor):
         if isinstance(factor, bool) or not (isinstance(factor, (int, float)) or _one_element_tensor(factor)):
-            from .errors import SymmInvalidArgumentError
-
-            raise SymmInvalidArgumentError(
+                raise SymmInvalidArgumentError(
                 int(Result.InvalidArgument),
                 f"a pre-multiplied sum's factor is a number or a one-element tensor, not {factor!r}",
             )
@@ -241,8 +211,6 @@ def reduce_op_for(op) -> ReduceOp | PreMulSum:
     "avg", "product"...), a PreMulSum, or a torch.distributed.ReduceOp
     (matched by name: torch numbers its ops differently from NCCL; PREMUL_SUM
     with the factor torch keeps in it)."""
-    from .errors import SymmInvalidArgumentError, SymmNotSupportedError
-
     if isinstance(op, (ReduceOp, PreMulSum)):
         return op
     if type(op) is int:

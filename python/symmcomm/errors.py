@@ -10,7 +10,7 @@ catch (ValueError, TimeoutError, NotImplementedError).
 
 from __future__ import annotations
 
-from ._types import Result
+from ._result import Result
 
 __all__ = [
     "SymmError",
