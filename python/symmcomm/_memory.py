@@ -29,6 +29,7 @@ import threading
 import weakref
 
 from . import _dlpack
+from ._args import _device_index
 from ._torch import invalid, require_torch, shape_elements
 from ._types import ReduceOp
 
@@ -151,9 +152,15 @@ class Registry:
             _REGISTRIES.add(self)
 
     # -- allocation ---------------------------------------------------------
-    def empty(self, size: tuple, dtype):
-        """Collective: reclaim garbage, then allocate a symmetric tensor."""
-        require_torch("symmetric tensors")
+    def empty(self, size: tuple, dtype=None, device=None):
+        """Collective: reclaim garbage, then allocate a symmetric tensor of
+        ``size`` (a tuple of ints) and ``dtype`` (None: torch's default) on
+        the communicator's device (``device``, when given, must be it)."""
+        torch = require_torch("symmetric tensors")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        index = _device_index(device)
+        if index is not None and index != self.comm.device_index:
+            raise invalid(f"device cuda:{index} is not the communicator's device cuda:{self.comm.device_index}")
         self._check_not_capturing("allocating symmetric memory")
         itemsize = dtype.itemsize
         nbytes = shape_elements(size, "size") * itemsize

@@ -11,12 +11,20 @@ the library's message.
 from __future__ import annotations
 
 import contextlib
-import operator
 import threading
 import time
 from typing import Iterable, NamedTuple
 
-from . import _library
+from . import _fused, _library, _memory
+from ._args import (
+    _device_index,
+    _experts_per_rank,
+    _int_arg,
+    _major_align,
+    _row_elems,
+    _size_arg,
+    _unique_id_bytes,
+)
 from ._torch import (
     check_tensor,
     current_device,
@@ -28,10 +36,19 @@ from ._torch import (
     stream_handle,
 )
 from ._premul import premul_op
-from ._types import SPLIT_NOCOLOR, UNIQUE_ID_BYTES, PreMulSum, ReduceOp, Result, reduce_op_for
+from ._types import SPLIT_NOCOLOR, PreMulSum, ReduceOp, Result, reduce_op_for
 from .errors import SymmInvalidUsageError, error_for
 
-__all__ = ["Communicator", "P2POp", "get_unique_id", "group", "group_start", "group_end"]
+__all__ = [
+    "Communicator",
+    "P2POp",
+    "get_communicator",
+    "get_unique_id",
+    "group",
+    "group_start",
+    "group_end",
+    "set_communicator",
+]
 
 
 def get_unique_id(library: _library.SymmLibrary | None = None) -> bytes:
@@ -39,84 +56,6 @@ def get_unique_id(library: _library.SymmLibrary | None = None) -> bytes:
     the rendezvous root until the group forms or SYMM_BOOTSTRAP_TIMEOUT
     passes; hand the bytes to every rank (``uid.hex()`` travels as text)."""
     return (library or _library.library()).symmGetUniqueId()
-
-
-def _unique_id_bytes(unique_id) -> bytes:
-    if isinstance(unique_id, str):
-        try:
-            unique_id = bytes.fromhex(unique_id)
-        except ValueError:
-            raise invalid("unique_id is a str but not hex (pass the bytes, or bytes.hex())") from None
-    try:
-        raw = bytes(memoryview(unique_id))
-    except TypeError:
-        raise invalid(f"unique_id must be bytes from get_unique_id(), not {type(unique_id).__name__}") from None
-    if len(raw) != UNIQUE_ID_BYTES:
-        raise invalid(f"unique_id has {len(raw)} bytes; a symmcomm unique id has {UNIQUE_ID_BYTES}")
-    return raw
-
-
-def _int_arg(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise invalid(f"{name} must be an int, not bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise invalid(f"{name} must be an int, not {type(value).__name__}") from None
-
-
-def _experts_per_rank(nsplits: int, world_size: int, name: str) -> int:
-    """Local experts per rank of a 2-D all-to-all-v whose ``name`` holds
-    ``nsplits`` splits per row: nsplits // world_size, as PyTorch infers
-    it (``in_splits.numel() // world_size``), the rest refused."""
-    if nsplits <= 0 or nsplits % world_size:
-        raise invalid(f"{name} has {nsplits} splits per row: it needs local_experts x world_size ({world_size}), "
-                      f"local_experts at least 1")
-    return nsplits // world_size
-
-
-def _row_elems(t) -> int:
-    """Elements per row along dim 0 (1 for a 1-D tensor; an empty row
-    counts 1): the device-count all-to-alls count rows, and the library
-    takes the row's size instead of scaled counts."""
-    n = 1
-    for d in t.shape[1:]:
-        n *= int(d)
-    return max(n, 1)
-
-
-def _major_align(major_align) -> int:
-    """all_to_all_vdev_2d's ``major_align``: None (PyTorch's default) is 1;
-    0 packs the experts' groups (PyTorch refuses 0)."""
-    if major_align is None:
-        return 1
-    align = _int_arg(major_align, "major_align")
-    if align < 0:
-        raise invalid(f"major_align is {align}; it must be 0 or more (rows)")
-    return align
-
-
-def _device_index(device) -> int | None:
-    """An int device ordinal from an int, "cuda:N", or a torch.device."""
-    if device is None:
-        return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        if device < 0:
-            raise invalid(f"device {device} is negative")
-        return device
-    if isinstance(device, str):
-        if device == "cuda":
-            torch = require_torch("device='cuda'")
-            return torch.cuda.current_device()
-        if device.startswith("cuda:") and device[5:].isdigit():
-            return int(device[5:])
-        raise invalid(f"device {device!r} is not a CUDA device (use an int, 'cuda:N' or torch.device)")
-    kind, index = getattr(device, "type", None), getattr(device, "index", None)
-    if kind == "cuda":
-        if index is None:
-            return require_torch("torch.device('cuda')").cuda.current_device()
-        return int(index)
-    raise invalid(f"device {device!r} is not a CUDA device")
 
 
 class P2POp(NamedTuple):
@@ -211,9 +150,7 @@ class Communicator:
         self.group = group
         # The group's first communicator is also the one its symmetric
         # tensors use (symmetric_memory.empty(..., group=group)).
-        from . import symmetric_memory
-
-        symmetric_memory._register_default(group, self)
+        _register_default(group, self)
 
     @classmethod
     def from_group(cls, group=None, device=None, *, store=None, library=None) -> "Communicator":
@@ -253,8 +190,6 @@ class Communicator:
         self._adopt(lib, handle)
 
     def _adopt(self, lib, handle: int) -> None:
-        from . import _memory
-
         self._lib = lib
         self._handle = handle
         self._aborted = False
@@ -769,9 +704,7 @@ class Communicator:
     def empty(self, *size, dtype=None, device=None):
         """A symmetric tensor of this communicator (see
         symmcomm.symmetric_memory.empty). Collective."""
-        from . import symmetric_memory
-
-        return symmetric_memory.empty(*size, dtype=dtype, device=device, group=self)
+        return self._memory.empty(_size_arg(size), dtype, device)
 
     def collect(self) -> int:
         """Collective: free every symmetric allocation of this communicator
@@ -781,15 +714,11 @@ class Communicator:
     # -------------------------------------------------------- fused ops ---
     def all_gather_matmul(self, a_shard, b=None, **kwargs):
         """See symmcomm.all_gather_matmul."""
-        from . import fused
-
-        return fused.all_gather_matmul(a_shard, b, comm=self, **kwargs)
+        return _fused.all_gather_matmul(self, a_shard, b, **kwargs)
 
     def matmul_reduce_scatter(self, a, b=None, **kwargs):
         """See symmcomm.matmul_reduce_scatter."""
-        from . import fused
-
-        return fused.matmul_reduce_scatter(a, b, comm=self, **kwargs)
+        return _fused.matmul_reduce_scatter(self, a, b, **kwargs)
 
     # ---------------------------------------------------------- checks ---
     @contextlib.contextmanager
@@ -812,3 +741,82 @@ class Communicator:
             raise invalid(f"{name} ({out.dtype}, {out.numel()} elements) must match the input "
                           f"({like.dtype}, {like.numel()} elements)")
         return out
+
+
+# ------------------------------------------------------------- groups ---
+# The communicator each process group's symmetric tensors and PyTorch-named
+# functions use (symmcomm.symmetric_memory, symmcomm.fused): the first one
+# made for the group, one made on first use, or the one set_communicator()
+# names.
+_COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator
+_COMMS_LOCK = threading.Lock()
+
+
+def _group_key(group) -> str:
+    name = getattr(group, "group_name", None)
+    return name if isinstance(name, str) else f"pg-{id(group)}"
+
+
+def _world_group():
+    torch = require_torch("process groups")
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.group.WORLD
+
+
+def get_communicator(group=None, create: bool = True) -> "Communicator":
+    """The communicator symmetric tensors of ``group`` live on: a
+    Communicator (itself), a process group or its name (the communicator
+    made for it, created on first use: collective), or None (the default
+    process group, or the communicator given to set_communicator(None, ...))."""
+    if isinstance(group, Communicator):
+        return group
+    with _COMMS_LOCK:
+        if group is None and None in _COMMS and not _COMMS[None].destroyed:
+            return _COMMS[None]
+    if group is None:
+        group = _world_group()
+        if group is None:
+            raise invalid("no communicator: pass group= (a Communicator or a process group), "
+                          "call set_communicator(None, comm), or initialise torch.distributed")
+    if isinstance(group, str):
+        key = group
+        with _COMMS_LOCK:
+            comm = _COMMS.get(key)
+        if comm is not None and not comm.destroyed:
+            return comm
+        dist = require_torch("group names").distributed
+        try:
+            group = dist.distributed_c10d._resolve_process_group(key)
+        except Exception as e:
+            raise invalid(f"no process group named {key!r}: {e}") from None
+    key = _group_key(group)
+    with _COMMS_LOCK:
+        comm = _COMMS.get(key)
+    if comm is not None and not comm.destroyed:
+        return comm
+    if not create:
+        raise invalid(f"symmetric memory is not enabled for group {key!r}")
+    comm = Communicator(group)
+    with _COMMS_LOCK:
+        _COMMS[key] = comm
+    return comm
+
+
+def set_communicator(group, comm: Communicator) -> None:
+    """Use ``comm`` for ``group`` (a process group, its name, or None for
+    the default) instead of creating one."""
+    if not isinstance(comm, Communicator):
+        raise invalid(f"comm must be a symmcomm.Communicator, not {type(comm).__name__}")
+    key = None if group is None else (group if isinstance(group, str) else _group_key(group))
+    with _COMMS_LOCK:
+        _COMMS[key] = comm
+
+
+def _register_default(group, comm: Communicator) -> None:
+    key = _group_key(group)
+    with _COMMS_LOCK:
+        current = _COMMS.get(key)
+        if current is None or current.destroyed:
+            _COMMS[key] = comm

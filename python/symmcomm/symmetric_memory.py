@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import threading
 
 from . import _dlpack, _memory
+from ._args import _int_arg, _size_arg
 from ._torch import check_tensor, invalid, require_torch, shape_elements, stream_handle
 from ._types import SIGNAL_CHANNELS
-from .communicator import Communicator, _device_index, _int_arg
+from .communicator import Communicator, get_communicator, set_communicator
 from .fused import fused_all_gather_matmul, fused_matmul_reduce_scatter
 
 __all__ = [
@@ -72,62 +72,6 @@ __all__ = [
     "fused_all_gather_matmul",
     "fused_matmul_reduce_scatter",
 ]
-
-_COMMS: dict = {}  # group name (or a Communicator's id) -> Communicator
-_COMMS_LOCK = threading.Lock()
-
-
-def _group_key(group) -> str:
-    name = getattr(group, "group_name", None)
-    return name if isinstance(name, str) else f"pg-{id(group)}"
-
-
-def _world_group():
-    torch = require_torch("process groups")
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist.group.WORLD
-
-
-def get_communicator(group=None, create: bool = True) -> Communicator:
-    """The communicator symmetric tensors of ``group`` live on: a
-    Communicator (itself), a process group or its name (the communicator
-    made for it, created on first use: collective), or None (the default
-    process group, or the communicator given to set_communicator(None, ...))."""
-    if isinstance(group, Communicator):
-        return group
-    with _COMMS_LOCK:
-        if group is None and None in _COMMS and not _COMMS[None].destroyed:
-            return _COMMS[None]
-    if group is None:
-        group = _world_group()
-        if group is None:
-            raise invalid("no communicator: pass group= (a Communicator or a process group), "
-                          "call set_communicator(None, comm), or initialise torch.distributed")
-    if isinstance(group, str):
-        key = group
-        with _COMMS_LOCK:
-            comm = _COMMS.get(key)
-        if comm is not None and not comm.destroyed:
-            return comm
-        dist = require_torch("group names").distributed
-        try:
-            group = dist.distributed_c10d._resolve_process_group(key)
-        except Exception as e:
-            raise invalid(f"no process group named {key!r}: {e}") from None
-    key = _group_key(group)
-    with _COMMS_LOCK:
-        comm = _COMMS.get(key)
-    if comm is not None and not comm.destroyed:
-        return comm
-    if not create:
-        raise invalid(f"symmetric memory is not enabled for group {key!r}")
-    comm = Communicator(group)
-    with _COMMS_LOCK:
-        _COMMS[key] = comm
-    return comm
-
 
 def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name=None):
     """``torch.ops.symm_mem.all_to_all_vdev(input, out, in_splits,
@@ -198,24 +142,6 @@ def two_shot_all_reduce_out(input, reduce_op, group_name, output):
     return get_communicator(group_name).all_reduce(input, reduce_op, out=output)
 
 
-def set_communicator(group, comm: Communicator) -> None:
-    """Use ``comm`` for ``group`` (a process group, its name, or None for
-    the default) instead of creating one."""
-    if not isinstance(comm, Communicator):
-        raise invalid(f"comm must be a symmcomm.Communicator, not {type(comm).__name__}")
-    key = None if group is None else (group if isinstance(group, str) else _group_key(group))
-    with _COMMS_LOCK:
-        _COMMS[key] = comm
-
-
-def _register_default(group, comm: Communicator) -> None:
-    key = _group_key(group)
-    with _COMMS_LOCK:
-        current = _COMMS.get(key)
-        if current is None or current.destroyed:
-            _COMMS[key] = comm
-
-
 def enable_symm_mem_for_group(group_name) -> None:
     """PyTorch's name: create the group's communicator now (collective)."""
     get_communicator(group_name)
@@ -229,15 +155,6 @@ def is_symm_mem_enabled_for_group(group_name) -> bool:
         return False
 
 
-def _size_arg(size) -> tuple:
-    if len(size) == 1 and not isinstance(size[0], int):
-        size = tuple(size[0])
-    try:
-        return tuple(operator.index(s) for s in size)
-    except TypeError:
-        raise invalid(f"size must be ints or one sequence of ints, not {size!r}") from None
-
-
 def empty(*size, dtype=None, device=None, group=None):
     """A new symmetric tensor (contiguous, uninitialised) on the group's
     communicator: ``empty(4, 1024, dtype=torch.bfloat16, device="cuda:0")``
@@ -245,14 +162,9 @@ def empty(*size, dtype=None, device=None, group=None):
     it in the same order with the same size. ``device`` must be the
     communicator's device (default). Dead symmetric tensors are reclaimed
     first (see the module docstring)."""
-    torch = require_torch("symmetric tensors")
+    require_torch("symmetric tensors")
     shape = _size_arg(size)
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    comm = get_communicator(group)
-    index = _device_index(device)
-    if index is not None and index != comm.device_index:
-        raise invalid(f"device cuda:{index} is not the communicator's device cuda:{comm.device_index}")
-    return comm._memory.empty(shape, dtype)
+    return get_communicator(group)._memory.empty(shape, dtype, device)
 
 
 def _allocation_of(tensor, local_only: bool = True):
