@@ -178,9 +178,9 @@ def _repository_roots() -> list[Path]:
     the package was installed, then the one it is imported from."""
     roots: list[Path] = []
     try:
-        from . import _install_info  # written by python/setup.py at install time
+        # Written by python/setup.py at install time; absent in a checkout.
+        from ._install_info import SOURCE_REPOSITORY as recorded
 
-        recorded = getattr(_install_info, "SOURCE_REPOSITORY", None)
         if recorded:
             roots.append(Path(recorded))
     except ImportError:
