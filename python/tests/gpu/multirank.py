@@ -843,6 +843,16 @@ def lifetime_rules(c: Ctx):
     uid = [symmcomm.get_unique_id() if R == 0 else None]
     dist.broadcast_object_list(uid, src=0)
     other = symmcomm.Communicator.from_unique_id(uid[0], R, W, device=dev)
+    # Communicator.empty: a symmetric tensor of that communicator.
+    h = other.empty((8, 4), dtype=torch.float16)
+    c.expect(tuple(h.shape) == (8, 4) and h.dtype == torch.float16 and symm_mem.is_symm_mem_tensor(h)
+             and symm_mem.rendezvous(h, other).world_size == W, "Communicator.empty makes a symmetric tensor")
+    try:
+        other.empty(4, device="cuda:999")
+        c.expect(False, "Communicator.empty on another device raised nothing")
+    except symmcomm.SymmInvalidArgumentError:
+        pass
+    del h
     g = symm_mem.empty(32, dtype=torch.float32, device=dev, group=other)
     try:
         other.destroy()
@@ -1009,6 +1019,21 @@ def fused_ops(c: Ctx):
             rs = comm.matmul_reduce_scatter(a_parts[R], weight=w_parts[R])
             ok, err = close(rs, total[R * m_shard:(R + 1) * m_shard], tol[dtype] * W)
             c.expect(rs.shape == (m_shard, n) and ok, f"matmul_reduce_scatter {dtype} {m}x{k}x{n}: {err}")
+    # The module-level forms find their communicator from comm= or group=
+    # (a Communicator is its own group).
+    bf16 = torch.bfloat16
+    shards = [rand(500 + r, (16, 32), bf16) for r in range(W)]
+    weight = rand(11, (24, 32), bf16)
+    want = torch.cat(shards).float() @ weight.float().t()
+    a_parts = [rand(600 + r, (16 * W, 32), bf16) for r in range(W)]
+    total = sum(a_parts[r].float() @ weight.float().t() for r in range(W))
+    for how in ({"comm": comm}, {"group": comm}):
+        out = symmcomm.all_gather_matmul(shards[R], weight=weight, **how)
+        ok, err = close(out, want, tol[bf16])
+        c.expect(ok, f"symmcomm.all_gather_matmul({next(iter(how))}=): max error {err}")
+        rs = symmcomm.matmul_reduce_scatter(a_parts[R], weight=weight, **how)
+        ok, err = close(rs, total[R * 16:(R + 1) * 16], tol[bf16] * W)
+        c.expect(ok, f"symmcomm.matmul_reduce_scatter({next(iter(how))}=): max error {err}")
     fp8 = torch.float8_e4m3fn
     m_shard, k, n = 64, 128, 96
     shards = [rand(400 + r, (m_shard, k), torch.float32) for r in range(W)]
