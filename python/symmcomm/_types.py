@@ -171,7 +171,7 @@ class PreMulSum:
 
     def __init__(self, factor):
         if isinstance(factor, bool) or not (isinstance(factor, (int, float)) or _one_element_tensor(factor)):
-                raise SymmInvalidArgumentError(
+            raise SymmInvalidArgumentError(
                 int(Result.InvalidArgument),
                 f"a pre-multiplied sum's factor is a number or a one-element tensor, not {factor!r}",
             )
