@@ -138,6 +138,19 @@ def _weight_or_b(b, weight):
     return weight.t()
 
 
+def _operands(comm, a, a_name: str, b, weight):
+    """(b, rows of a, inner size, n): both operands checked as matrices on
+    ``comm``'s device with matching inner sizes; ``b`` taken from ``weight``
+    when given as nn.Linear keeps it."""
+    b = _weight_or_b(b, weight)
+    _matrix(a, a_name, comm)
+    _matrix(b, "b", comm)
+    rows, k = a.shape
+    if b.shape[0] != k:
+        raise invalid(f"{a_name} is {rows} x {k} but b is {b.shape[0]} x {b.shape[1]}: inner sizes differ")
+    return b, rows, k, b.shape[1]
+
+
 def all_gather_matmul(comm, a_shard, b=None, *, weight=None, out=None, out_dtype=None,
                       a_scale=None, b_scale=None, beta: float = 0.0, return_gathered: bool = False,
                       gathered_out=None, chunks_per_rank: int = 0, stream=None):
@@ -145,13 +158,7 @@ def all_gather_matmul(comm, a_shard, b=None, *, weight=None, out=None, out_dtype
     torch = require_torch("fused ops")
     lib = comm.library
     lib.fn("symmAllGatherMatmul")  # a clear error when the library predates the fused ops
-    b = _weight_or_b(b, weight)
-    _matrix(a_shard, "a_shard", comm)
-    _matrix(b, "b", comm)
-    m_shard, k = a_shard.shape
-    if b.shape[0] != k:
-        raise invalid(f"a_shard is {m_shard} x {k} but b is {b.shape[0]} x {b.shape[1]}: inner sizes differ")
-    n = b.shape[1]
+    b, m_shard, k, n = _operands(comm, a_shard, "a_shard", b, weight)
     rows = comm.world_size * m_shard
     a_type, b_type, c_type, c_dtype, fp8 = _types(a_shard, b, out, out_dtype)
     lda = _row_major_ld(a_shard, "a_shard")
@@ -178,13 +185,7 @@ def matmul_reduce_scatter(comm, a, b=None, *, weight=None, out=None, out_dtype=N
     """symmcomm.matmul_reduce_scatter on ``comm``."""
     lib = comm.library
     lib.fn("symmMatmulReduceScatter")
-    b = _weight_or_b(b, weight)
-    _matrix(a, "a", comm)
-    _matrix(b, "b", comm)
-    m, k_shard = a.shape
-    if b.shape[0] != k_shard:
-        raise invalid(f"a is {m} x {k_shard} but b is {b.shape[0]} x {b.shape[1]}: inner sizes differ")
-    n = b.shape[1]
+    b, m, k_shard, n = _operands(comm, a, "a", b, weight)
     if m % comm.world_size:
         raise invalid(f"a has {m} rows, not a multiple of {comm.world_size} ranks")
     rows = m // comm.world_size

@@ -1034,6 +1034,14 @@ def fused_ops(c: Ctx):
         rs = symmcomm.matmul_reduce_scatter(a_parts[R], weight=weight, **how)
         ok, err = close(rs, total[R * 16:(R + 1) * 16], tol[bf16] * W)
         c.expect(ok, f"symmcomm.matmul_reduce_scatter({next(iter(how))}=): max error {err}")
+    # Operands whose inner sizes differ are refused, naming the operand.
+    for name, call in (("a_shard", lambda: comm.all_gather_matmul(shards[R], weight=weight[:, :31])),
+                       ("a", lambda: comm.matmul_reduce_scatter(a_parts[R], rand(12, (33, 24), bf16)))):
+        try:
+            call()
+            c.expect(False, f"{name} against a b of another inner size raised nothing")
+        except symmcomm.SymmInvalidArgumentError as e:
+            c.expect(f"{name} is " in str(e) and "inner sizes differ" in str(e), f"inner-size message: {e}")
     fp8 = torch.float8_e4m3fn
     m_shard, k, n = 64, 128, 96
     shards = [rand(400 + r, (m_shard, k), torch.float32) for r in range(W)]
